@@ -1,0 +1,122 @@
+"""Errors the domain raises. A command that raises stores nothing.
+
+    PalimpsestError
+    ├── InvalidCommandError             the command itself is malformed: nothing is stored
+    │   ├── EmptyContentError
+    │   ├── ContentTooLargeError
+    │   ├── TooManyTagsError
+    │   ├── InvalidScopeError
+    │   ├── InvalidKindError            unknown kind or memory type, or a type the kind does not take
+    │   ├── InvalidTenantError
+    │   ├── InvalidTimeError
+    │   │   ├── ValidityOrderError      valid_to before valid_from
+    │   │   ├── FutureTimeError         beyond the clock-skew tolerance
+    │   │   └── OccurredAtImmutableError
+    │   └── CardinalityError            an edge the slot's cardinality does not allow
+    ├── InvalidTransitionError          a lifecycle move the state machine forbids
+    ├── NotFoundError                   missing, or owned by another tenant: the two look the same
+    │   ├── CardNotFoundError
+    │   └── ArbitrationCaseNotFoundError
+    ├── ConflictError                   the world moved under the command
+    │   ├── StaleCardError              the card the command targets is no longer current
+    │   ├── ConcurrentWriteError        lost the race too often; retryable
+    │   └── IdempotencyKeyReusedError   same request id, different command
+    ├── StoreUnavailableError           the event store failed; retryable
+    └── InvariantViolation              a rule the write side guarantees would break: a bug, not input
+"""
+
+from __future__ import annotations
+
+
+class PalimpsestError(Exception):
+    """Base of every error Palimpsest raises on purpose."""
+
+    retryable = False
+
+
+class InvalidCommandError(PalimpsestError):
+    pass
+
+
+class EmptyContentError(InvalidCommandError):
+    pass
+
+
+class ContentTooLargeError(InvalidCommandError):
+    pass
+
+
+class TooManyTagsError(InvalidCommandError):
+    pass
+
+
+class InvalidScopeError(InvalidCommandError):
+    pass
+
+
+class InvalidKindError(InvalidCommandError):
+    pass
+
+
+class InvalidTenantError(InvalidCommandError):
+    pass
+
+
+class InvalidTimeError(InvalidCommandError):
+    pass
+
+
+class ValidityOrderError(InvalidTimeError):
+    pass
+
+
+class FutureTimeError(InvalidTimeError):
+    pass
+
+
+class OccurredAtImmutableError(InvalidTimeError):
+    pass
+
+
+class CardinalityError(InvalidCommandError):
+    pass
+
+
+class InvalidTransitionError(PalimpsestError):
+    pass
+
+
+class NotFoundError(PalimpsestError):
+    pass
+
+
+class CardNotFoundError(NotFoundError):
+    pass
+
+
+class ArbitrationCaseNotFoundError(NotFoundError):
+    pass
+
+
+class ConflictError(PalimpsestError):
+    pass
+
+
+class StaleCardError(ConflictError):
+    pass
+
+
+class ConcurrentWriteError(ConflictError):
+    retryable = True
+
+
+class IdempotencyKeyReusedError(ConflictError):
+    pass
+
+
+class StoreUnavailableError(PalimpsestError):
+    retryable = True
+
+
+class InvariantViolation(PalimpsestError):
+    pass

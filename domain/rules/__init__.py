@@ -1,0 +1,1 @@
+"""Pure rules: plain data in, plain data out, no clock and no database."""

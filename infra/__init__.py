@@ -1,0 +1,1 @@
+"""Adapters to the outside world: settings, PostgreSQL, the event store's wiring."""

@@ -1,0 +1,79 @@
+"""Every setting Palimpsest reads, in one place (environment prefix ``PALIMPSEST_``).
+
+Nothing here does work at import time: ``Settings()`` reads the environment when it is built.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+from typing import Literal
+
+from pydantic import SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from domain.policy import Policy
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PALIMPSEST_", extra="ignore")
+
+    #: ``postgres`` (the default: embedded unless ``database_url`` is set) or ``memory`` (no server).
+    persistence: Literal["postgres", "memory"] = "postgres"
+    #: Where the embedded PostgreSQL keeps its data.
+    data_dir: Path = Path(".palimpsest")
+    #: An administrator DSN for an external PostgreSQL; unset = the embedded server.
+    database_url: SecretStr | None = None
+    #: The role the application runs as: it may read and append events, never update or delete.
+    #: Create the schema, event table, runtime role and guards when the application starts.
+    #: Turn off where a separate ``palimpsest init-db`` step does it.
+    auto_bootstrap: bool = True
+    runtime_role: str = "palimpsest_app"
+    runtime_password: SecretStr | None = None
+    #: The PostgreSQL schema that holds the event store.
+    event_schema: str = "palimpsest"
+    pool_size: int = 5
+    lock_timeout_seconds: int = 5
+    #: How often a command reloads and decides again after losing a race on an aggregate.
+    conflict_retries: int = 3
+
+    max_content_chars: int = 8_000
+    max_tags: int = 64
+    max_tag_chars: int = 64
+    clock_skew_seconds: int = 300
+    turn_window_seconds: int = 120
+    high_frequency_changes: int = 3
+    frequency_window_days: int = 30
+    large_span_days: int = 30
+
+    def policy(self) -> Policy:
+        return Policy(
+            max_content_chars=self.max_content_chars,
+            max_tags=self.max_tags,
+            max_tag_chars=self.max_tag_chars,
+            clock_skew=timedelta(seconds=self.clock_skew_seconds),
+            turn_window=timedelta(seconds=self.turn_window_seconds),
+            high_frequency_changes=self.high_frequency_changes,
+            frequency_window=timedelta(days=self.frequency_window_days),
+            large_span=timedelta(days=self.large_span_days),
+        )
+
+    def eventsourcing_env(
+        self, *, host: str = "", port: int = 0, dbname: str = "", user: str = "",
+        password: str | None = None,
+    ) -> dict[str, str]:
+        """The ``env`` mapping eventsourcing reads (``PERSISTENCE_MODULE``, ``POSTGRES_*``)."""
+        if self.persistence == "memory":
+            return {"PERSISTENCE_MODULE": "eventsourcing.popo"}
+        return {
+            "PERSISTENCE_MODULE": "eventsourcing.postgres",
+            "POSTGRES_DBNAME": dbname,
+            "POSTGRES_HOST": host,
+            "POSTGRES_PORT": str(port),
+            "POSTGRES_USER": user,
+            "POSTGRES_PASSWORD": password or "",
+            "POSTGRES_SCHEMA": self.event_schema,
+            "POSTGRES_POOL_SIZE": str(self.pool_size),
+            "POSTGRES_LOCK_TIMEOUT": str(self.lock_timeout_seconds),
+            "CREATE_TABLE": "n",
+        }

@@ -1,0 +1,1 @@
+"""The application: commands over the domain, and the command line."""

@@ -1,0 +1,146 @@
+"""What callers send (commands) and what they get back (results): plain pydantic data.
+
+No command carries a tenant: the tenant comes from the caller's credentials and is passed beside it.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from uuid import UUID
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from domain.values import Provenance, Scope, check_perspective
+
+
+class Command(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    #: A client's id for this request: the same id twice stores one event and answers the same.
+    request_id: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+class Authored(Command):
+    """Who writes, and how sure they are."""
+
+    source: str = "user_stated"
+    inference_confidence: float | None = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    turn_id: str | None = None
+
+    def provenance(self) -> Provenance:
+        return Provenance(
+            self.source, self.inference_confidence, self.agent_id, self.session_id, self.turn_id
+        )  # type: ignore[arg-type]
+
+
+class Scoped(Authored):
+    scope: str = "personal"
+    project_id: str | None = None
+    group_id: str | None = None
+    perspective: str | None = None
+
+    def parsed_scope(self) -> Scope:
+        return Scope.parse(self.scope, self.project_id, self.group_id)
+
+    def parsed_perspective(self) -> str | None:
+        return check_perspective(self.parsed_scope(), self.perspective)
+
+
+class Remember(Scoped):
+    """Write one card. ``kind`` and ``memory_type`` pick what it becomes:
+
+    - ``state`` (fact, preference, decision): a value of the slot ``subject`` / ``label``;
+      ``state`` + ``commitment``: a commitment (``owner``, ``due_at``); ``state`` + ``blocker``;
+    - ``event``: something that happened at ``occurred_at``;
+    - ``knowledge`` (note, pattern, decision, fact): a concept titled ``title``.
+    """
+
+    kind: str
+    memory_type: str
+    content: str
+    subject: str | None = None
+    label: str | None = None
+    cardinality: str | None = None
+    item_key: str | None = None
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    occurred_at: datetime | None = None
+    title: str | None = None
+    tags: tuple[str, ...] = ()
+    owner: str | None = None
+    due_at: datetime | None = None
+    #: Cards this one is linked to on creation: an event ``affects`` states, knowledge is
+    #: ``evidenced_by`` events.
+    links: tuple[UUID, ...] = ()
+
+
+class Revise(Authored):
+    """Revise a state card with a new value, drawing a typed edge to it."""
+
+    card_id: UUID
+    content: str
+    edge: str = "supersedes"
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+
+
+class Verify(Command):
+    """Confirm a card still holds; resets its aging clock. Without a card id, a single-value
+    slot's current card."""
+
+    card_id: UUID | None = None
+
+
+class CorrectEvent(Authored):
+    card_id: UUID
+    description: str
+    reason: str
+    occurred_at: datetime | None = None
+
+
+class Rename(Command):
+    card_id: UUID
+    title: str
+
+
+class Merge(Command):
+    card_id: UUID
+    into: UUID
+
+
+class Link(Command):
+    card_id: UUID
+    edge: str
+    target_id: UUID
+
+
+class Arbitrate(Command):
+    case_id: UUID
+    decision: str
+    decided_by: str = Field(min_length=1, max_length=200)
+    note: str = ""
+
+
+class Move(Command):
+    """Move a commitment (``wait``, ``resolve``, ``expire``) or archive a blocker (``archive``)."""
+
+    card_id: UUID
+    to: str
+    note: str = ""
+
+
+class WriteResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    outcome: str
+    card_id: UUID | None = None
+    #: The aggregate the card lives in: its slot for state cards, the card itself otherwise.
+    aggregate_id: UUID | None = None
+    case_id: UUID | None = None
+    reason: str | None = None
+    #: The notification id of the last event stored; None when a retried request was answered
+    #: from its receipt.
+    position: int | None = None
+    replayed: bool = False

@@ -1,0 +1,28 @@
+"""The embedded PostgreSQL, started once per test session into a temporary data folder."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra.postgres import Database, admin_database, bootstrap, runtime_database
+from infra.settings import Settings
+
+
+@pytest.fixture(scope="session")
+def pg_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
+    # Bootstrapped once by ``admin_db``; the applications the tests make skip it.
+    return Settings(
+        persistence="postgres", data_dir=tmp_path_factory.mktemp("palimpsest"), auto_bootstrap=False
+    )
+
+
+@pytest.fixture(scope="session")
+def admin_db(pg_settings: Settings) -> Database:
+    admin = admin_database(pg_settings)
+    bootstrap(admin, pg_settings)
+    return admin
+
+
+@pytest.fixture(scope="session")
+def runtime_db(admin_db: Database, pg_settings: Settings) -> Database:
+    return runtime_database(admin_db, pg_settings)

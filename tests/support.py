@@ -1,0 +1,49 @@
+"""Helpers the test tiers share."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import uuid4
+
+from services.application import BaseApplication
+from services.commands import Remember
+
+START = datetime(2026, 6, 1, 9, tzinfo=UTC)
+
+
+@dataclass
+class Clock:
+    now: datetime = START
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, **delta: float) -> datetime:
+        self.now += timedelta(**delta)
+        return self.now
+
+
+def new_tenant() -> str:
+    return f"t-{uuid4().hex[:12]}"
+
+
+def state(label: str, value: str, subject: str = "user", **extra: Any) -> Remember:
+    return Remember(
+        kind="state",
+        memory_type=extra.pop("memory_type", "fact"),
+        subject=subject,
+        label=label,
+        content=value,
+        **extra,
+    )
+
+
+def stored_count(app: BaseApplication) -> int:
+    return app.recorder.max_notification_id() or 0
+
+
+def all_events(app: BaseApplication) -> list[Any]:
+    notifications = app.recorder.select_notifications(start=1, limit=100_000)
+    return [app.mapper.to_domain_event(n) for n in notifications]
