@@ -7,6 +7,7 @@ granted those privileges, and triggers refuse them for every role, the owner inc
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -14,8 +15,10 @@ from typing import Any
 import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
+from pydantic import SecretStr
 
 from infra.settings import Settings
+from projections.schema import create_read_schema
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +62,18 @@ def start_embedded(data_dir: Path) -> Database:
 
     data_dir = Path(data_dir).resolve()
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = pgserver.get_server(data_dir / "pg")
+    fresh = not (data_dir / "pg" / "PG_VERSION").exists()
+    saved = {key: os.environ.get(key) for key in ("LC_ALL", "LC_CTYPE")}
+    if fresh:  # initdb takes its locale from the environment; a C ctype breaks Chinese trigrams
+        os.environ.update(LC_ALL="C.UTF-8", LC_CTYPE="C.UTF-8")
+    try:
+        server = pgserver.get_server(data_dir / "pg")
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
     return Database.from_dsn(server.get_uri())
 
 
@@ -72,6 +86,11 @@ def admin_database(settings: Settings) -> Database:
 def runtime_database(admin: Database, settings: Settings) -> Database:
     password = settings.runtime_password.get_secret_value() if settings.runtime_password else None
     return admin.as_role(settings.runtime_role, password)
+
+
+def projector_database(admin: Database, settings: Settings) -> Database:
+    secret = settings.projector_password
+    return admin.as_role(settings.projector_role, secret.get_secret_value() if secret else None)
 
 
 _APPEND_ONLY = """
@@ -96,6 +115,11 @@ GRANT SELECT, INSERT, MAINTAIN ON {schema}.{table} TO {role};
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
 """
 
+_PROJECTOR_GRANTS = """
+GRANT USAGE ON SCHEMA {schema} TO {projector};
+GRANT SELECT ON {schema}.{table} TO {projector};
+"""
+
 
 def bootstrap(admin: Database, settings: Settings) -> None:
     """Create the schema, the event table (as the library lays it out), the runtime role, the
@@ -110,9 +134,14 @@ def bootstrap(admin: Database, settings: Settings) -> None:
 def _bootstrap(admin: Database, settings: Settings, schema: str) -> None:
     from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 
+    from infra.embedders import ensure_cache_table
+    from infra.locale_check import check_cjk_support
+    from infra.relay import ensure_relay_table
+
     with admin.connect(autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
-        _ensure_role(conn, settings)
+        _ensure_role(conn, settings.runtime_role, settings.runtime_password)
+        _ensure_role(conn, settings.projector_role, settings.projector_password)
     datastore = PostgresDatastore(
         dbname=admin.dbname, host=admin.host, port=str(admin.port), user=admin.user,
         password=admin.password or "", schema=schema, pool_size=1,
@@ -128,19 +157,22 @@ def _bootstrap(admin: Database, settings: Settings, schema: str) -> None:
     with admin.connect(autocommit=True) as conn:
         conn.execute(sql.SQL(_APPEND_ONLY).format(**names))
         conn.execute(sql.SQL(_GRANTS).format(**names))
+        conn.execute(sql.SQL(_PROJECTOR_GRANTS).format(
+            projector=sql.Identifier(settings.projector_role), **names))
+        ensure_cache_table(conn, schema, settings.embedding_dimensions,
+                           grant_to=[settings.runtime_role, settings.projector_role])
+        create_read_schema(conn, settings.read_schema, reader=settings.runtime_role,
+                           writer=settings.projector_role, dimensions=settings.embedding_dimensions)
+        check_cjk_support(conn)
+        ensure_relay_table(conn, settings, readers=[settings.projector_role])
 
 
-def _ensure_role(conn: psycopg.Connection[Any], settings: Settings) -> None:
-    role = sql.Identifier(settings.runtime_role)
-    exists = conn.execute(
-        "SELECT 1 FROM pg_roles WHERE rolname = %s", (settings.runtime_role,)
-    ).fetchone()
+def _ensure_role(conn: psycopg.Connection[Any], name: str, password: SecretStr | None) -> None:
+    role = sql.Identifier(name)
+    exists = conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone()
     if not exists:
-        log.info("creating runtime role %s", settings.runtime_role)
-        conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOINHERIT").format(role))
-    if settings.runtime_password is not None:
-        conn.execute(
-            sql.SQL("ALTER ROLE {} PASSWORD {}").format(
-                role, sql.Literal(settings.runtime_password.get_secret_value())
-            )
-        )
+        log.info("creating role %s", name)
+        conn.execute(sql.SQL("CREATE ROLE {} LOGIN NOSUPERUSER NOINHERIT NOBYPASSRLS").format(role))
+    if password is not None:
+        conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+            role, sql.Literal(password.get_secret_value())))

@@ -30,12 +30,35 @@ class Settings(BaseSettings):
     auto_bootstrap: bool = True
     runtime_role: str = "palimpsest_app"
     runtime_password: SecretStr | None = None
+    #: The role projectors run as: reads the log, writes the read models, tenant by tenant.
+    projector_role: str = "palimpsest_projector"
+    projector_password: SecretStr | None = None
+    #: Events per projector transaction.
+    projector_batch: int = 500
     #: The PostgreSQL schema that holds the event store.
     event_schema: str = "palimpsest"
     pool_size: int = 5
     lock_timeout_seconds: int = 5
     #: How often a command reloads and decides again after losing a race on an aggregate.
     conflict_retries: int = 3
+
+    #: Kafka: unset = the embedded broker (tansu) on a free loopback port under ``data_dir``.
+    kafka_bootstrap: str | None = None
+    kafka_topic: str = "palimpsest.events"
+    kafka_partitions: int = 4
+    #: Short group timeouts: a consumer group's first join takes seconds, not tens of seconds.
+    kafka_session_timeout_ms: int = 6_000
+    kafka_rebalance_timeout_ms: int = 6_000
+    kafka_max_poll_interval_ms: int = 10_000
+    #: Read models live in this schema; ``palimpsest rebuild`` builds a fresh one and swaps it in.
+    read_schema: str = "palimpsest_read"
+    #: Embeddings: ``use`` (offline Universal Sentence Encoder, 512-d) or ``openai`` (any
+    #: OpenAI-compatible base URL).
+    embedder: Literal["use", "openai"] = "use"
+    openai_base_url: str | None = None
+    openai_api_key: SecretStr | None = None
+    openai_embedding_model: str = "text-embedding-3-small"
+    embedding_dimensions: int = 512
 
     max_content_chars: int = 8_000
     max_tags: int = 64

@@ -50,6 +50,96 @@ def demo() -> None:
     typer.echo(f"done in {time.perf_counter() - started:.1f} s")
 
 
+@cli.command()
+def relay() -> None:
+    """Publish the event log to Kafka, in order, from the relay's stored position (runs until stopped)."""
+    from infra.relay import run_relay
+
+    run_relay(Settings())
+
+
+@cli.command()
+def project() -> None:
+    """Run the projector: catch up from the log, then apply Kafka deliveries (runs until stopped).
+
+    Exits with code 3 if an event cannot be applied; ``palimpsest status`` shows which."""
+    from projections.worker import run_projector
+
+    raise SystemExit(run_projector(Settings()))
+
+
+@cli.command()
+def rebuild(
+    known_at: str = typer.Option(None, help="Build the read models as known at this ISO time, "
+                                 "into a schema of their own (nothing is swapped)."),
+    into: str = typer.Option(None, help="Build into this schema and swap nothing."),
+) -> None:
+    """Replay the whole log into a fresh schema, check it, and swap it in while queries go on."""
+    from datetime import datetime
+
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from projections.replay import rebuild as run_rebuild
+    from services.factory import create_app
+
+    settings = Settings()
+    moment = datetime.fromisoformat(known_at) if known_at else None
+    if moment is not None and moment.tzinfo is None:
+        raise typer.BadParameter("--known-at needs a time zone, e.g. 2026-10-01T00:00:00+08:00")
+    app = create_app(settings)
+    columns = (TextColumn("replaying"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+               TextColumn("{task.fields[rate]:>8.0f} events/s"), TimeRemainingColumn())
+    try:
+        with Progress(*columns) as bar:
+            task = bar.add_task("replay", total=None, rate=0.0)
+            started = time.perf_counter()
+
+            def progress(done: int, total: int) -> None:
+                rate = done / max(time.perf_counter() - started, 1e-9)
+                bar.update(task, completed=done, total=total, rate=rate)
+
+            report = run_rebuild(settings, app, known_at=moment, into=into, progress=progress)
+    finally:
+        app.close()
+    typer.echo(f"{report.events} events replayed in {report.seconds:.1f} s "
+               f"({report.rate:,.0f} events/s) into {report.schema}"
+               + (", swapped in" if report.swapped else "")
+               + (f", then {report.caught_up} newer event(s) caught up" if report.caught_up else ""))
+    for table, count in report.rows.items():
+        typer.echo(f"  {table:<22} {count:>9} rows")
+
+
+@cli.command()
+def status(
+    as_json: bool = typer.Option(False, "--json", help="One JSON object."),
+    prometheus: bool = typer.Option(False, help="Prometheus text exposition format."),
+) -> None:
+    """The log head, the relay's and each projection's position and lag, and failures."""
+    import json
+
+    from infra.postgres import admin_database, projector_database
+    from projections.status import read_status
+
+    settings = Settings()
+    report = read_status(projector_database(admin_database(settings), settings), settings)
+    if as_json:
+        typer.echo(json.dumps(report.to_dict(), default=str))
+        return
+    if prometheus:
+        typer.echo(report.prometheus(), nl=False)
+        return
+    relay_line = "never ran" if report.relay_position is None else (
+        f"position {report.relay_position}, lag {report.relay_lag}")
+    typer.echo(f"log head: {report.head}\nrelay: {relay_line}")
+    for p in report.projections:
+        typer.echo(f"projection {p.name}: position {p.position}, lag {p.lag}, "
+                   f"{p.tenants} tenant(s), {len(p.failures)} failure(s)")
+        for failure in p.failures:
+            typer.echo(f"  failed at notification {failure['notification_id']} "
+                       f"({failure['topic']}): {failure['error']}")
+    typer.echo(f"cards: {report.cards}, embeddings pending: {report.embeddings_pending}")
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:

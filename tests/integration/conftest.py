@@ -26,3 +26,16 @@ def admin_db(pg_settings: Settings) -> Database:
 @pytest.fixture(scope="session")
 def runtime_db(admin_db: Database, pg_settings: Settings) -> Database:
     return runtime_database(admin_db, pg_settings)
+
+
+@pytest.fixture(scope="session")
+def broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """One embedded Kafka broker (tansu, in-memory) per test session; its log is in a temp folder.
+
+    Tests that restart a broker start their own: a restart empties every topic."""
+    from infra.broker import EmbeddedBroker
+
+    embedded = EmbeddedBroker(tmp_path_factory.mktemp("kafka"))
+    embedded.start()
+    yield embedded
+    embedded.stop()

@@ -1,0 +1,607 @@
+"""The relay: the event store's notification log, published to Kafka in order.
+
+It follows the log with the eventsourcing subscription API (``recorder.subscribe(gt=position)``:
+LISTEN/NOTIFY on PostgreSQL, no polling loop of ours) and publishes each notification to
+``settings.kafka_topic`` with an idempotent producer (``acks="all"``):
+
+* key: the event's tenant (see :func:`message_key`), so a tenant's events — and so each aggregate's
+  — stay in log order in one partition;
+* value: JSON ``{"notification_id", "originator_id", "originator_version", "topic", "state"}``
+  with ``state`` the base64 of the stored (transcoded, possibly compressed) state bytes.
+
+Position. The relay keeps its own row in ``<event schema>.relay_position`` (one per relay name)
+and advances it only after the producer has flushed the batch and the broker acknowledged every
+message. A crash between the acknowledgement and the update republishes that one batch: consumers
+are idempotent by event identity (originator id and version, or notification id), so a duplicate is
+harmless and nothing is ever skipped.
+
+Lost broker storage. The embedded broker keeps messages in memory: a restart loses all of them,
+and a real cluster can lose a topic too. Beside its position the relay records, after each batch,
+the topic name, the topic id and, for every partition it wrote to, the offset of the first message
+of its newest acknowledged batch there (a lower bound of that partition's end offset; a lower bound
+rather than the last offset because tansu reports a partition's end offset as the base offset of
+its last record batch plus one). The broker has lost messages when
+
+1. the topic is missing (it is then created again), or has a different topic id (recreated), or
+   is not the topic the relay last wrote to (``kafka_topic`` changed);
+2. a partition's end offset is at or below the recorded lower bound (emptied or truncated);
+3. a batch is acknowledged at offsets at or below the recorded lower bound (offsets went back).
+
+Rules 1 and 2 are checked when the relay starts or reconnects, after any producer error, and every
+``check_interval`` seconds (idle or not); rule 3 on every batch. When any holds, the relay resets
+its position to 0 and republishes the whole log. Duplicates are harmless, as above. (tansu creates
+a missing topic as soon as a producer writes to it, so a restart usually shows as a new topic id.)
+
+The row's ``tenant_id`` is ``'*'``: one relay carries every tenant's events.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import logging
+import queue
+import signal
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+from uuid import UUID
+
+import psycopg
+from eventsourcing.persistence import Notification, PersistenceError, StoredEvent
+from psycopg import sql
+
+from infra.broker import BrokerError, ensure_topic_with
+from infra.settings import Settings
+
+if TYPE_CHECKING:
+    from eventsourcing.postgres import PostgresApplicationRecorder
+
+log = logging.getLogger(__name__)
+
+POSITION_TABLE = "relay_position"
+_MESSAGE_FIELDS = ("notification_id", "originator_id", "originator_version", "topic", "state")
+_NO_TOPIC_ID = {"", "None", "00000000-0000-0000-0000-000000000000", "AAAAAAAAAAAAAAAAAAAAAA"}
+
+
+class RelayError(RuntimeError):
+    """A message the relay cannot encode or decode."""
+
+
+# --- the message ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StoredEventMessage:
+    """One relayed notification, as a consumer reads it back from Kafka."""
+
+    notification_id: int
+    originator_id: UUID
+    originator_version: int
+    topic: str
+    state: bytes
+
+    def to_stored_event(self) -> StoredEvent:
+        """For ``app.mapper.to_domain_event``."""
+        return StoredEvent(
+            originator_id=self.originator_id, originator_version=self.originator_version,
+            topic=self.topic, state=self.state,
+        )
+
+    def to_notification(self) -> Notification:
+        """With its notification id, e.g. for eventsourcing's ``Tracking``."""
+        return Notification(
+            id=self.notification_id, originator_id=self.originator_id,
+            originator_version=self.originator_version, topic=self.topic, state=self.state,
+        )
+
+
+def encode_message(notification: Notification) -> tuple[bytes, bytes]:
+    """``(key, value)`` of the Kafka message carrying ``notification``."""
+    originator_id = str(notification.originator_id)
+    value = {
+        "notification_id": int(notification.id),
+        "originator_id": originator_id,
+        "originator_version": int(notification.originator_version),
+        "topic": notification.topic,
+        "state": base64.b64encode(bytes(notification.state)).decode("ascii"),
+    }
+    return message_key(notification), json.dumps(value, separators=(",", ":")).encode()
+
+
+def message_key(notification: Notification) -> bytes:
+    """The tenant: all of a tenant's events share a partition, so they arrive in log order —
+    an aggregate's versions in order, and a card before the edges other cards draw to it."""
+    try:
+        tenant = json.loads(bytes(notification.state))["tenant_id"]
+    except (ValueError, KeyError, TypeError):
+        tenant = None
+    return str(tenant or notification.originator_id).encode()
+
+
+def decode_message(value: bytes) -> StoredEventMessage:
+    """The notification a relayed Kafka message value carries."""
+    try:
+        body = json.loads(value)
+        missing = [name for name in _MESSAGE_FIELDS if name not in body]
+        if missing:
+            raise RelayError(f"relayed message without {', '.join(missing)}")
+        return StoredEventMessage(
+            notification_id=int(body["notification_id"]),
+            originator_id=UUID(body["originator_id"]),
+            originator_version=int(body["originator_version"]),
+            topic=str(body["topic"]),
+            state=base64.b64decode(body["state"], validate=True),
+        )
+    except (ValueError, TypeError, binascii.Error) as error:
+        raise RelayError(f"not a relayed message: {error}") from error
+
+
+# --- PostgreSQL ------------------------------------------------------------------------------------
+
+_RELAY_TABLE = """
+CREATE TABLE IF NOT EXISTS {schema}.{table} (
+    relay_name text PRIMARY KEY,
+    position bigint NOT NULL,
+    tenant_id text NOT NULL DEFAULT '*',
+    updated_at timestamptz NOT NULL DEFAULT now()
+);
+ALTER TABLE {schema}.{table}
+    ADD COLUMN IF NOT EXISTS published bigint NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS topic text,
+    ADD COLUMN IF NOT EXISTS topic_id text,
+    ADD COLUMN IF NOT EXISTS offsets jsonb NOT NULL DEFAULT '{{}}'::jsonb;
+GRANT SELECT, INSERT, UPDATE ON {schema}.{table} TO {role};
+"""
+
+
+def ensure_relay_table(
+    conn: psycopg.Connection[Any], settings: Settings, readers: Sequence[str] = ()
+) -> None:
+    """Create ``<event schema>.relay_position`` (idempotent), let the runtime role (the relay)
+    read and write it and ``readers`` (e.g. a status command's role) read it. ``conn`` is an
+    administrator's connection; the schema and the roles must exist."""
+    table = sql.Identifier(POSITION_TABLE)
+    schema = sql.Identifier(settings.event_schema)
+    conn.execute(sql.SQL(_RELAY_TABLE).format(
+        schema=schema, table=table, role=sql.Identifier(settings.runtime_role),
+    ))
+    for reader in readers:
+        conn.execute(sql.SQL("GRANT SELECT ON {}.{} TO {}").format(
+            schema, table, sql.Identifier(reader)
+        ))
+    if not conn.autocommit:
+        conn.commit()
+
+
+def log_head(conn: psycopg.Connection[Any], schema: str = "palimpsest") -> int:
+    """The newest notification id in the event log (0 when it is empty)."""
+    from infra.postgres import EVENTS_TABLE  # here, so infra.postgres may import this module
+
+    row = conn.execute(
+        sql.SQL("SELECT coalesce(max(notification_id), 0) FROM {}.{}").format(
+            sql.Identifier(schema), sql.Identifier(EVENTS_TABLE)
+        )
+    ).fetchone()
+    return int(_first(row))
+
+
+def _first(row: Any) -> Any:
+    if row is None:
+        return None
+    if isinstance(row, dict):
+        return next(iter(row.values()))
+    return row[0]
+
+
+@dataclass
+class RelayState:
+    """What the relay keeps in its ``relay_position`` row."""
+
+    position: int = 0
+    #: Messages acknowledged since position 0.
+    published: int = 0
+    topic: str | None = None
+    topic_id: str | None = None
+    #: partition → offset of the first message of the newest acknowledged batch there.
+    offsets: dict[int, int] = field(default_factory=dict)
+
+
+# --- the feed: the subscription, read in batches ---------------------------------------------------
+
+
+class _Feed:
+    """Iterates an eventsourcing subscription on a thread and hands out batches with a timeout
+    (a subscription's ``__next__`` blocks until the next notification)."""
+
+    def __init__(self, recorder: Any, gt: int, capacity: int) -> None:
+        self.gt = gt
+        self._queue: queue.Queue[Notification] = queue.Queue(maxsize=capacity)
+        self._closed = threading.Event()
+        self._error: BaseException | None = None
+        self._subscription = recorder.subscribe(gt=gt)
+        self._thread = threading.Thread(target=self._pump, name=f"relay-feed-{gt}", daemon=True)
+        self._thread.start()
+
+    def _pump(self) -> None:
+        try:
+            with self._subscription as subscription:
+                for notification in subscription:
+                    while not self._closed.is_set():
+                        try:
+                            self._queue.put(notification, timeout=0.1)
+                            break
+                        except queue.Full:
+                            continue
+                    if self._closed.is_set():
+                        break
+        except BaseException as error:  # noqa: BLE001 - handed to the relay's thread
+            self._error = error
+
+    def take(self, limit: int, timeout: float) -> list[Notification]:
+        """Up to ``limit`` notifications: waits ``timeout`` seconds for the first one only."""
+        try:
+            batch = [self._queue.get(timeout=timeout)]
+        except queue.Empty:
+            self._raise()
+            return []
+        while len(batch) < limit:
+            try:
+                batch.append(self._queue.get_nowait())
+            except queue.Empty:
+                break
+        return batch
+
+    def _raise(self) -> None:
+        if self._error is not None:
+            raise self._error
+        if not self._thread.is_alive() and not self._closed.is_set():
+            raise PersistenceError("the event store subscription ended")
+
+    def close(self) -> None:
+        self._closed.set()
+        self._subscription.stop()
+        self._thread.join(timeout=10)
+
+
+# --- the relay -------------------------------------------------------------------------------------
+
+
+class Relay:
+    """Publishes the notification log to Kafka from its stored position on.
+
+    ``recorder`` is the application recorder of a Palimpsest application on PostgreSQL
+    (``create_app(settings).recorder``); the position row is read and written through its pool,
+    as the runtime role. Not thread-safe: one thread calls :meth:`run_once` or :meth:`run`.
+    """
+
+    def __init__(
+        self, recorder: PostgresApplicationRecorder, bootstrap: str, *, topic: str,
+        partitions: int = 4, name: str = "main", batch_size: int = 500, linger_ms: int = 5,
+        check_interval: float = 5.0, request_timeout_ms: int = 10_000,
+        delivery_timeout_ms: int = 30_000, schema: str | None = None,
+    ) -> None:
+        self.recorder = recorder
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partitions = partitions
+        self.name = name
+        self.batch_size = batch_size
+        self.linger_ms = linger_ms
+        self.check_interval = check_interval
+        self.request_timeout_ms = request_timeout_ms
+        self.delivery_timeout_ms = max(delivery_timeout_ms, request_timeout_ms + linger_ms)
+        self.schema = schema or recorder.datastore.schema or "public"
+        #: The error that made the last :meth:`run_once` give up, if it did.
+        self.last_error: BaseException | None = None
+        #: How often this relay found the broker had lost messages and started again from 0.
+        self.resets = 0
+        self._state: RelayState | None = None
+        self._producer: Any = None
+        self._admin: Any = None
+        self._feed: _Feed | None = None
+        self._checked_at: float | None = None
+
+    @classmethod
+    def from_settings(
+        cls, recorder: PostgresApplicationRecorder, settings: Settings, bootstrap: str,
+        name: str = "main", **options: Any,
+    ) -> Relay:
+        return cls(
+            recorder, bootstrap, topic=settings.kafka_topic, partitions=settings.kafka_partitions,
+            name=name, schema=settings.event_schema, **options,
+        )
+
+    # -- state --
+
+    @property
+    def state(self) -> RelayState:
+        if self._state is None:
+            self._state = self._load()
+        return self._state
+
+    @property
+    def position(self) -> int:
+        """The newest notification id the broker has acknowledged (as stored)."""
+        return self.state.position
+
+    def _table(self) -> sql.Composed:
+        return sql.SQL("{}.{}").format(sql.Identifier(self.schema), sql.Identifier(POSITION_TABLE))
+
+    def _load(self) -> RelayState:
+        query = sql.SQL(
+            "SELECT position, published, topic, topic_id, offsets FROM {} WHERE relay_name = %s"
+        ).format(self._table())
+        with self.recorder.datastore.get_connection() as conn:
+            row: Any = conn.execute(query, (self.name,)).fetchone()
+        if row is None:
+            return RelayState()
+        return RelayState(
+            position=int(row["position"]), published=int(row["published"]), topic=row["topic"],
+            topic_id=row["topic_id"],
+            offsets={int(p): int(o) for p, o in (row["offsets"] or {}).items()},
+        )
+
+    def _save(self, state: RelayState) -> None:
+        query = sql.SQL(
+            "INSERT INTO {} (relay_name, position, published, topic, topic_id, offsets, updated_at)"
+            " VALUES (%s, %s, %s, %s, %s, %s::jsonb, now())"
+            " ON CONFLICT (relay_name) DO UPDATE SET position = EXCLUDED.position,"
+            " published = EXCLUDED.published, topic = EXCLUDED.topic,"
+            " topic_id = EXCLUDED.topic_id, offsets = EXCLUDED.offsets, updated_at = now()"
+        ).format(self._table())
+        offsets = json.dumps({str(p): o for p, o in sorted(state.offsets.items())})
+        with self.recorder.datastore.get_connection() as conn:
+            conn.execute(query, (
+                self.name, state.position, state.published, state.topic, state.topic_id, offsets,
+            ))
+        self._state = state
+
+    # -- Kafka clients --
+
+    def _producer_client(self) -> Any:
+        if self._producer is None:
+            from kafka import KafkaProducer
+
+            self._producer = KafkaProducer(
+                bootstrap_servers=self.bootstrap, client_id=f"palimpsest-relay-{self.name}",
+                acks="all", enable_idempotence=True, linger_ms=self.linger_ms,
+                batch_size=256 * 1024, allow_auto_create_topics=False, max_block_ms=10_000,
+                request_timeout_ms=self.request_timeout_ms,
+                delivery_timeout_ms=self.delivery_timeout_ms,
+            )
+        return self._producer
+
+    def _admin_client(self) -> Any:
+        if self._admin is None:
+            from kafka import KafkaAdminClient
+
+            self._admin = KafkaAdminClient(
+                bootstrap_servers=self.bootstrap, client_id=f"palimpsest-relay-{self.name}-admin",
+                request_timeout_ms=self.request_timeout_ms,
+            )
+        return self._admin
+
+    def _close_clients(self) -> None:
+        producer, self._producer = self._producer, None
+        admin, self._admin = self._admin, None
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                producer.close(timeout=1)
+        if admin is not None:
+            with contextlib.suppress(Exception):
+                admin.close()
+
+    def _restart_feed(self) -> None:
+        if self._feed is not None:
+            self._feed.close()
+            self._feed = None
+
+    # -- the broker check --
+
+    def check(self) -> bool:
+        """Compare the broker with what the relay recorded (rules 1 and 2 of the module docstring),
+        creating the topic when it is missing. True when the relay reset its position to 0."""
+        state = self.state
+        admin = self._admin_client()
+        created = ensure_topic_with(admin, self.topic, self.partitions)
+        topic_id, partitions = self._describe(admin)
+        end = self._end_offsets(admin, partitions)
+        self._checked_at = time.monotonic()
+        reasons: list[str] = []
+        if state.position > 0:
+            if state.topic is not None and state.topic != self.topic:
+                reasons.append(f"it last wrote to topic {state.topic}")
+            if created:
+                reasons.append("the topic was missing")
+            elif state.topic_id and topic_id and state.topic_id != topic_id:
+                reasons.append(f"the topic id changed from {state.topic_id} to {topic_id}")
+            shrunk = {p: end.get(p, 0) for p, low in state.offsets.items() if end.get(p, 0) <= low}
+            if shrunk:
+                reasons.append(f"partitions hold fewer messages than acknowledged: {shrunk}")
+        if reasons:
+            self._reset("; ".join(reasons), topic_id)
+            return True
+        if state.topic != self.topic or (topic_id and state.topic_id != topic_id):
+            self._save(RelayState(
+                position=state.position, published=state.published, topic=self.topic,
+                topic_id=topic_id, offsets=dict(state.offsets),
+            ))
+        return False
+
+    def _describe(self, admin: Any) -> tuple[str | None, list[int]]:
+        for described in admin.describe_topics([self.topic]):
+            if described.get("name") == self.topic and described.get("error_code") == 0:
+                raw = described.get("topic_id")
+                topic_id = None if raw is None or str(raw) in _NO_TOPIC_ID else str(raw)
+                partitions = sorted(p["partition_index"] for p in described.get("partitions") or [])
+                return topic_id, partitions
+        raise BrokerError(f"topic {self.topic} is not described by the broker")
+
+    def _end_offsets(self, admin: Any, partitions: Sequence[int]) -> dict[int, int]:
+        from kafka import TopicPartition
+        from kafka.admin import OffsetSpec
+
+        if not partitions:
+            return {}
+        answer = admin.list_partition_offsets(
+            {TopicPartition(self.topic, p): OffsetSpec.LATEST for p in partitions}
+        )
+        return {tp.partition: int(found.offset) for tp, found in answer.items()}
+
+    def _reset(self, reason: str, topic_id: str | None) -> None:
+        state = self.state
+        log.warning(
+            "relay %s: the broker lost messages of %s (%s); republishing the log from the start"
+            " (position was %d, %d messages acknowledged)",
+            self.name, self.topic, reason, state.position, state.published,
+        )
+        self._save(RelayState(position=0, published=0, topic=self.topic, topic_id=topic_id))
+        self.resets += 1
+        self._restart_feed()
+        # The idempotent producer's sequence numbers belong to the lost topic.
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            with contextlib.suppress(Exception):
+                producer.close(timeout=1)
+
+    # -- publishing --
+
+    def _ready(self) -> _Feed:
+        if self._checked_at is None or time.monotonic() - self._checked_at >= self.check_interval:
+            self.check()
+        if self._feed is None:
+            self._feed = _Feed(self.recorder, self.state.position, capacity=self.batch_size * 4)
+        return self._feed
+
+    def run_once(self, timeout: float = 1.0) -> int:
+        """Publish the next batch, waiting up to ``timeout`` seconds for a first notification.
+
+        Returns how many notifications the broker acknowledged (0 when there were none, when
+        the relay reset its position, or when the broker or the store failed: then
+        :attr:`last_error` holds the error, the clients are dropped and the next call checks the
+        broker and resumes from the stored position)."""
+        from kafka.errors import KafkaError
+
+        try:
+            count = self._run_once(timeout)
+        except (KafkaError, BrokerError, OSError, PersistenceError, psycopg.Error) as error:
+            self.last_error = error
+            log.warning("relay %s: %s: %s", self.name, type(error).__name__, error)
+            self._restart_feed()
+            self._close_clients()
+            self._state = None
+            self._checked_at = None
+            return 0
+        self.last_error = None
+        return count
+
+    def _run_once(self, timeout: float) -> int:
+        feed = self._ready()
+        batch = feed.take(self.batch_size, timeout)
+        if not batch:
+            return 0
+        if batch[0].id <= self.state.position:  # a feed from before a reset
+            batch = [n for n in batch if n.id > self.state.position]
+        return self._publish(batch) if batch else 0
+
+    def _publish(self, batch: Sequence[Notification]) -> int:
+        started = time.monotonic()
+        producer = self._producer_client()
+        futures = []
+        for notification in batch:
+            key, value = encode_message(notification)
+            futures.append(producer.send(self.topic, key=key, value=value))
+        producer.flush(timeout=self.delivery_timeout_ms / 1000 + 5)
+        lowest: dict[int, int] = {}
+        for future in futures:
+            metadata = future.get(timeout=0)  # raises the delivery error, if any
+            partition, offset = int(metadata.partition), int(metadata.offset)
+            if offset < lowest.get(partition, offset + 1):
+                lowest[partition] = offset
+        state = self.state
+        back = {p: (o, state.offsets[p]) for p, o in lowest.items() if o <= state.offsets.get(p, -1)}
+        if back and state.position > 0:
+            self._reset(f"acknowledged offsets went back (partition: (new, recorded)) {back}",
+                        state.topic_id)
+            return 0
+        position = batch[-1].id
+        self._save(RelayState(
+            position=position, published=state.published + len(batch), topic=self.topic,
+            topic_id=state.topic_id, offsets={**state.offsets, **lowest},
+        ))
+        elapsed = max(time.monotonic() - started, 1e-6)
+        log.info(
+            "relay %s: published %d events to %s, position %d (%.0f events/s)",
+            self.name, len(batch), self.topic, position, len(batch) / elapsed,
+        )
+        return len(batch)
+
+    def run(self, stop: threading.Event, timeout: float = 0.5) -> None:
+        """Publish until ``stop`` is set; broker and store failures are retried with backoff."""
+        log.info("relay %s: publishing %s to %s (topic %s) from position %s",
+                 self.name, self.schema, self.bootstrap, self.topic, self._safe_position())
+        backoff = 0.0
+        while not stop.is_set():
+            try:
+                self.run_once(timeout)
+            except Exception as error:  # an unexpected failure: start over from the stored position
+                log.exception("relay %s: unexpected error", self.name)
+                self.last_error = error
+                self.close()
+                self._state = None
+                self._checked_at = None
+            if self.last_error is None:
+                backoff = 0.0
+                continue
+            backoff = min(max(backoff * 2, 0.5), 5.0)
+            stop.wait(backoff)
+        log.info("relay %s: stopped at position %s", self.name, self._safe_position())
+
+    def _safe_position(self) -> int | str:
+        try:
+            return self.position
+        except (PersistenceError, psycopg.Error):
+            return "?"
+
+    def close(self) -> None:
+        self._restart_feed()
+        self._close_clients()
+
+    def __enter__(self) -> Relay:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def run_relay(settings: Settings, stop: threading.Event | None = None, name: str = "main") -> None:
+    """``palimpsest relay``: publish the log to Kafka until SIGINT/SIGTERM (or ``stop``).
+
+    Uses ``settings.kafka_bootstrap``, else starts the embedded broker (stopped on exit)."""
+    from infra.broker import kafka_bootstrap
+    from services.factory import create_app
+
+    stop = stop or threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda *_: stop.set())
+    app = create_app(settings)
+    bootstrap, broker = kafka_bootstrap(settings)
+    try:
+        if broker is not None:
+            log.info("embedded Kafka broker at %s (log in %s)", bootstrap, broker.log_path)
+        with Relay.from_settings(app.recorder, settings, bootstrap, name=name) as relay:  # type: ignore[arg-type]
+            relay.run(stop)
+    finally:
+        if broker is not None:
+            broker.stop()
+        app.close()

@@ -1,0 +1,236 @@
+"""The cards projection: every domain event → the operations that keep the read models true.
+
+A pure function of the event (no clock, no database): the same event always gives the same
+operations, whether it arrives through Kafka or a replay of the log. Events it has nothing to say
+about (receipts, a slot's Contested / Settled bookkeeping) give no operations and still advance
+tracking.
+"""
+
+from __future__ import annotations
+
+from functools import singledispatch
+from typing import Any
+
+from domain.arbitration import ArbitrationCase
+from domain.cards import StateCard
+from domain.commitment import Blocker, Commitment
+from domain.event_card import EventCard
+from domain.knowledge import KnowledgeCard
+from domain.slot import Slot
+from domain.values import CardKind, Provenance, Scope
+from projections.ops import ChangeCard, DecideCase, Op, PutCard, PutCase, PutEdge, PutNode, PutSlot
+from projections.text import cjk_bigrams, fold, terms
+
+NAME = "cards"
+
+
+def _text_columns(content: str, *extra: str | None, tags: tuple[str, ...] = ()) -> dict[str, Any]:
+    """What the tags and fuzzy routes match: terms (jieba / words + tags), CJK bigrams, folded text."""
+    text = " ".join(part for part in (*extra, content) if part)
+    return {
+        "tags": list(tags),
+        "terms": list(dict.fromkeys((*tags, *terms(text)))),
+        "bigrams": list(cjk_bigrams(text)),
+        "fuzzy_text": fold(text),
+    }
+
+
+def _provenance(provenance: Provenance) -> dict[str, Any]:
+    return {
+        "source": provenance.source.value,
+        "inference_confidence": provenance.inference_confidence,
+        "agent_id": provenance.agent_id,
+        "session_id": provenance.session_id,
+        "turn_id": provenance.turn_id,
+    }
+
+
+def _scope(scope: Scope) -> dict[str, Any]:
+    return {"scope": scope.kind.value, "project_id": scope.project_id, "group_id": scope.group_id}
+
+
+def _state_card(tenant_id: str, slot_id: Any, card: StateCard) -> list[Op]:
+    row = {
+        "tenant_id": tenant_id, "card_id": card.card_id, "aggregate_id": slot_id,
+        "kind": CardKind.STATE.value, "memory_type": card.memory_type,
+        "perspective": card.perspective, "item_key": card.item_key, "content": card.value,
+        "valid_from": card.valid_from, "valid_to": card.valid_to,
+        "recorded_at": card.recorded_at, "updated_at": card.recorded_at,
+        "retracted_at": card.retracted_at, "verified_at": card.verified_at,
+        **_provenance(card.provenance), **_text_columns(card.value),
+    }
+    ops: list[Op] = [PutNode(tenant_id, card.card_id, "card"), PutCard(row, slot_id=slot_id)]
+    if card.edge and card.edge_target:
+        ops.append(PutEdge(tenant_id, card.card_id, card.edge_target, card.edge, card.recorded_at))
+    return ops
+
+
+@singledispatch
+def project(event: object) -> list[Op]:
+    return []
+
+
+@project.register
+def _(event: Slot.Opened) -> list[Op]:  # type: ignore[name-defined]
+    return [
+        PutNode(event.tenant_id, event.originator_id, "slot"),
+        PutSlot({
+            "tenant_id": event.tenant_id, "slot_id": event.originator_id, **_scope(event.scope),
+            "subject": event.subject, "label": event.label, "cardinality": event.cardinality,
+        }),
+    ]
+
+
+@project.register
+def _(event: Slot.Remembered) -> list[Op]:  # type: ignore[name-defined]
+    return _state_card(event.tenant_id, event.originator_id, event.card)
+
+
+def _fork(event: Any) -> list[Op]:
+    tenant, at = event.tenant_id, event.timestamp
+    ops: list[Op] = []
+    for card_id, valid_to in event.closed:
+        ops.append(ChangeCard(tenant, card_id, at, {"valid_to": valid_to}))
+    for card_id in event.retracted:
+        ops.append(ChangeCard(tenant, card_id, at, {"retracted_at": at}))
+    for card in (event.card, *event.continued):
+        ops.extend(_state_card(tenant, event.originator_id, card))
+    return ops
+
+
+project.register(Slot.Superseded, _fork)  # type: ignore[attr-defined]
+project.register(Slot.Overwritten, _fork)  # type: ignore[attr-defined]
+
+
+@project.register
+def _(event: Slot.ItemRevised) -> list[Op]:  # type: ignore[name-defined]
+    changes = {"content": event.value, **_text_columns(event.value)}
+    del changes["tags"]
+    return [ChangeCard(event.tenant_id, event.card_id, event.timestamp, changes)]
+
+
+@project.register
+def _(event: Slot.Verified) -> list[Op]:  # type: ignore[name-defined]
+    return [ChangeCard(event.tenant_id, event.card_id, event.timestamp,
+                       {"verified_at": event.timestamp})]
+
+
+@project.register
+def _(event: ArbitrationCase.Opened) -> list[Op]:  # type: ignore[name-defined]
+    proposal: StateCard = event.proposal
+    return [PutCase({
+        "tenant_id": event.tenant_id, "case_id": event.originator_id, "slot_id": event.slot_id,
+        "subject": event.subject, "label": event.label,
+        "current_values": [card.value for card in event.current],
+        "proposed_value": proposal.value, "proposed_card_id": proposal.card_id,
+        "proposed_valid_from": proposal.valid_from, "reason": event.reason,
+        "opened_at": event.timestamp,
+    })]
+
+
+@project.register
+def _(event: ArbitrationCase.Decided) -> list[Op]:  # type: ignore[name-defined]
+    return [DecideCase(event.tenant_id, event.originator_id, event.decision, event.decided_by,
+                       event.timestamp)]
+
+
+def _card_row(event: Any, kind: CardKind, memory_type: str, content: str, **extra: Any) -> dict:
+    return {
+        "tenant_id": event.tenant_id, "card_id": event.originator_id,
+        "aggregate_id": event.originator_id, "kind": kind.value, "memory_type": memory_type,
+        **_scope(event.scope), "content": content, "valid_from": event.timestamp,
+        "recorded_at": event.timestamp, "updated_at": event.timestamp,
+        **_provenance(event.provenance), **extra,
+    }
+
+
+@project.register
+def _(event: EventCard.Recorded) -> list[Op]:  # type: ignore[name-defined]
+    row = _card_row(event, CardKind.EVENT, "event", event.description,
+                    perspective=event.perspective, occurred_at=event.occurred_at,
+                    valid_from=event.occurred_at,
+                    **_text_columns(event.description, tags=tuple(event.tags)))
+    return [PutNode(event.tenant_id, event.originator_id, "card"), PutCard(row)]
+
+
+@project.register
+def _(event: EventCard.Corrected) -> list[Op]:  # type: ignore[name-defined]
+    changes = {"content": event.description, **_text_columns(event.description)}
+    del changes["tags"]
+    return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp, changes)]
+
+
+def _link(event: Any) -> list[Op]:
+    return [PutEdge(event.tenant_id, event.originator_id, event.target_id, event.edge,
+                    event.timestamp)]
+
+
+project.register(EventCard.Linked, _link)  # type: ignore[attr-defined]
+project.register(KnowledgeCard.Linked, _link)  # type: ignore[attr-defined]
+
+
+@project.register
+def _(event: KnowledgeCard.Created) -> list[Op]:  # type: ignore[name-defined]
+    tags = tuple(event.tags)
+    row = _card_row(event, CardKind.KNOWLEDGE, event.memory_type, event.body, title=event.title,
+                    verified_at=event.timestamp,
+                    **_text_columns(event.body, event.title, tags=tags))
+    return [PutNode(event.tenant_id, event.originator_id, "card"), PutCard(row)]
+
+
+@project.register
+def _(event: KnowledgeCard.Renamed) -> list[Op]:  # type: ignore[name-defined]
+    return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp,
+                       {"title": event.title})]
+
+
+@project.register
+def _(event: KnowledgeCard.Merged) -> list[Op]:  # type: ignore[name-defined]
+    return [
+        ChangeCard(event.tenant_id, event.originator_id, event.timestamp,
+                   {"status": "merged", "merged_into": event.survivor_id}),
+        PutEdge(event.tenant_id, event.survivor_id, event.originator_id, "supersedes",
+                event.timestamp),
+    ]
+
+
+@project.register
+def _(event: KnowledgeCard.Absorbed) -> list[Op]:  # type: ignore[name-defined]
+    if not event.tags:
+        return []
+    return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp,
+                       {"added_tags": list(event.tags)})]
+
+
+@project.register
+def _(event: KnowledgeCard.Verified) -> list[Op]:  # type: ignore[name-defined]
+    return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp,
+                       {"verified_at": event.timestamp})]
+
+
+@project.register
+def _(event: Commitment.Opened) -> list[Op]:  # type: ignore[name-defined]
+    row = _card_row(event, CardKind.STATE, "commitment", event.description, status="open",
+                    owner=event.owner, due_at=event.due_at,
+                    **_text_columns(event.description))
+    return [PutNode(event.tenant_id, event.originator_id, "card"), PutCard(row)]
+
+
+@project.register
+def _(event: Blocker.Raised) -> list[Op]:  # type: ignore[name-defined]
+    row = _card_row(event, CardKind.STATE, "blocker", event.description, status="active",
+                    **_text_columns(event.description))
+    return [PutNode(event.tenant_id, event.originator_id, "card"), PutCard(row)]
+
+
+def _status(status: str):  # type: ignore[no-untyped-def]
+    def op(event: Any) -> list[Op]:
+        return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp,
+                           {"status": status})]
+    return op
+
+
+project.register(Commitment.Waiting, _status("waiting"))  # type: ignore[attr-defined]
+project.register(Commitment.Resolved, _status("resolved"))  # type: ignore[attr-defined]
+project.register(Commitment.Expired, _status("expired"))  # type: ignore[attr-defined]
+project.register(Blocker.Archived, _status("archived"))  # type: ignore[attr-defined]

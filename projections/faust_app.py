@@ -1,0 +1,85 @@
+"""The Faust app that drives the cards projection from Kafka.
+
+The agent only decodes, calls the projector, and stops the worker on a poison event: Faust would
+otherwise ack a message whose handler raised and move on. Exactly-once does not rest on Kafka
+offsets but on the projector's tracking, committed with the rows; on start the projector first
+catches up from the log, so nothing an earlier run left behind is lost.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+import faust
+
+from infra.relay import decode_message
+from infra.settings import Settings
+from projections.projector import Delivered, ProjectionError, Projector
+from services.memory import Palimpsest
+
+log = logging.getLogger(__name__)
+
+#: The exit code of a projector stopped by an event it cannot apply.
+POISON_EXIT = 3
+
+
+@dataclass
+class Outcome:
+    """What happened to the worker, for the command line's exit code."""
+
+    poisoned: ProjectionError | None = None
+    batches: int = 0
+    events: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projector: Projector,
+                     outcome: Outcome) -> faust.App:
+    worker = faust.App(
+        "palimpsest-projector",
+        broker=f"kafka://{bootstrap}",
+        store="memory://",
+        web_enabled=False,
+        topic_partitions=settings.kafka_partitions,
+        consumer_auto_offset_reset="earliest",
+        broker_session_timeout=settings.kafka_session_timeout_ms / 1000,
+        broker_rebalance_timeout=settings.kafka_rebalance_timeout_ms / 1000,
+        broker_max_poll_interval=settings.kafka_max_poll_interval_ms / 1000,
+        broker_commit_interval=1.0,
+        stream_buffer_maxsize=max(4096, settings.projector_batch * 4),
+        topic_allow_declare=False,
+        topic_disable_leader=True,
+    )
+    topic = worker.topic(settings.kafka_topic, key_type=bytes, value_type=bytes,
+                         key_serializer="raw", value_serializer="raw")
+
+    def decode(value: bytes) -> Delivered:
+        message = decode_message(value)
+        try:
+            event = app.mapper.to_domain_event(message.to_stored_event())
+        except Exception as error:
+            tenant = "*"
+            projector.record_failure(tenant, message.notification_id, message.originator_id,
+                                     message.originator_version, message.topic, error)
+            raise ProjectionError(
+                f"notification {message.notification_id} ({message.topic}) cannot be decoded: "
+                f"{error}") from error
+        return Delivered(message.notification_id, event)
+
+    @worker.agent(topic)
+    async def project(stream: Any) -> None:
+        async for values in stream.take(settings.projector_batch, within=0.05):
+            try:
+                outcome.events += projector.apply_batch([decode(v) for v in values])
+                outcome.batches += 1
+            except ProjectionError as error:
+                outcome.poisoned = error
+                log.critical("projector stopped: %s", error)
+                os.kill(os.getpid(), signal.SIGTERM)  # stop here: never ack past this event
+                return
+
+    return worker

@@ -1,0 +1,95 @@
+"""What applying one event does to the read models, as plain data.
+
+The projector turns each domain event into a short list of these operations (a pure function);
+a sink carries them out — :class:`projections.sinks.PostgresSink` statement by statement inside the
+projector's transaction, :class:`projections.sinks.MemorySink` in dictionaries for a rebuild that
+is then copied in bulk. The same operations, so the two must build the same rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+
+@dataclass(frozen=True)
+class PutNode:
+    tenant_id: str
+    node_id: UUID
+    node_kind: str
+
+
+@dataclass(frozen=True)
+class PutSlot:
+    row: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PutCard:
+    """A new card: its current row and its first version (known from ``recorded_at``).
+
+    A state card names its ``slot_id``; the sink fills the slot's scope, subject, label and
+    cardinality from ``slots``."""
+
+    row: dict[str, Any]
+    slot_id: UUID | None = None
+
+
+@dataclass(frozen=True)
+class ChangeCard:
+    """A card changed at system time ``at``: its open version closes, a new one opens."""
+
+    tenant_id: str
+    card_id: UUID
+    at: datetime
+    changes: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PutEdge:
+    tenant_id: str
+    src_id: UUID
+    dst_id: UUID
+    edge: str
+    recorded_at: datetime
+
+
+@dataclass(frozen=True)
+class PutCase:
+    row: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class DecideCase:
+    tenant_id: str
+    case_id: UUID
+    decision: str
+    decided_by: str
+    decided_at: datetime
+
+
+Op = PutNode | PutSlot | PutCard | ChangeCard | PutEdge | PutCase | DecideCase
+
+SLOT_COLUMNS = ("tenant_id", "slot_id", "scope", "project_id", "group_id", "subject", "label",
+                "cardinality")
+#: What a state card takes from its slot.
+FROM_SLOT = ("scope", "project_id", "group_id", "subject", "label", "cardinality")
+#: Columns of ``cards`` a PutCard row fills (the rest take their defaults).
+CARD_COLUMNS = (
+    "tenant_id", "card_id", "aggregate_id", "kind", "memory_type", "scope", "project_id",
+    "group_id", "perspective", "subject", "label", "cardinality", "item_key", "content", "title",
+    "valid_from", "valid_to", "occurred_at", "recorded_at", "updated_at", "retracted_at",
+    "verified_at", "status", "owner", "due_at", "merged_into", "source", "inference_confidence",
+    "agent_id", "session_id", "turn_id", "tags", "terms", "bigrams", "fuzzy_text",
+)
+#: Columns a ChangeCard may change.
+CHANGEABLE = frozenset({
+    "content", "title", "valid_to", "retracted_at", "verified_at", "status", "merged_into",
+    "tags", "terms", "bigrams", "fuzzy_text",
+})
+CASE_COLUMNS = (
+    "tenant_id", "case_id", "slot_id", "subject", "label", "current_values", "proposed_value",
+    "proposed_card_id", "proposed_valid_from", "reason", "opened_at",
+)

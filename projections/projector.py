@@ -1,0 +1,191 @@
+"""Applies domain events to the read models in PostgreSQL, exactly once per event identity.
+
+One batch is one transaction: the read-model rows, the per-aggregate tracking and the per-tenant
+position commit together or not at all. Idempotency is keyed on the event's identity
+(originator id, version), never on Kafka offsets:
+
+- a version already applied is skipped (a duplicate delivery changes nothing);
+- a version beyond the next one means a gap: the missing versions are read from the event store
+  (the source of truth) and applied first, in order; if the log does not have them the batch fails;
+- an event the projection cannot decode or apply is recorded in ``projection_failures`` and the
+  batch fails: tracking does not move past it, and the projector stops.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg import sql
+
+from domain.errors import PalimpsestError
+from projections.cards import NAME, project
+from projections.sinks import PostgresSink
+
+log = logging.getLogger(__name__)
+
+
+class ProjectionError(PalimpsestError):
+    """The projection cannot apply an event; it stops rather than skip it."""
+
+
+@dataclass(frozen=True)
+class Delivered:
+    """A domain event and the notification id the log gave it."""
+
+    notification_id: int
+    event: Any
+
+    @property
+    def tenant_id(self) -> str:
+        return str(self.event.tenant_id)
+
+
+#: Reads versions ``after < v < before`` of one aggregate from the event store.
+FetchMissing = Callable[[UUID, int, int], list[Any]]
+
+
+class Projector:
+    def __init__(
+        self, connect: Callable[[], psycopg.Connection[Any]], schema: str,
+        fetch_missing: FetchMissing, name: str = NAME,
+    ) -> None:
+        self.connect = connect
+        self.schema = schema
+        self.name = name
+        self.fetch_missing = fetch_missing
+        self.sink = PostgresSink(schema)
+        s = sql.Identifier(schema)
+        self._set_tenant = "SELECT set_config('palimpsest.tenant', %s, true)"
+        self._tracking = sql.SQL(
+            "SELECT originator_id, version FROM {}.projection_tracking "
+            "WHERE projection = %s AND tenant_id = %s AND originator_id = ANY(%s)").format(s)
+        self._track = sql.SQL(
+            "INSERT INTO {}.projection_tracking (projection, tenant_id, originator_id, version) "
+            "VALUES (%s, %s, %s, %s) ON CONFLICT (projection, tenant_id, originator_id) "
+            "DO UPDATE SET version = excluded.version").format(s)
+        self._position = sql.SQL(
+            "INSERT INTO {}.projection_position (projection, tenant_id, position) "
+            "VALUES (%s, %s, %s) ON CONFLICT (projection, tenant_id) DO UPDATE SET "
+            "position = greatest({}.projection_position.position, excluded.position), "
+            "updated_at = now()").format(s, s)
+        self._failure = sql.SQL(
+            "INSERT INTO {}.projection_failures (projection, tenant_id, notification_id, "
+            "originator_id, originator_version, topic, error) VALUES (%s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (projection, notification_id) DO UPDATE SET error = excluded.error, "
+            "failed_at = now()").format(s)
+        self._conn: psycopg.Connection[Any] | None = None
+
+    @property
+    def conn(self) -> psycopg.Connection[Any]:
+        if self._conn is None or self._conn.closed:
+            self._conn = self.connect()
+        return self._conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+
+    def apply_batch(self, batch: Sequence[Delivered]) -> int:
+        """Apply a batch in one transaction; returns how many events changed the read models."""
+        applied = 0
+        try:
+            with self.conn.transaction(), self.conn.cursor() as cur:
+                ordered = sorted(batch, key=lambda d: d.tenant_id)  # stable: keeps log order
+                for tenant_id, items in groupby(ordered, key=lambda d: d.tenant_id):
+                    applied += self._apply_tenant(cur, tenant_id, list(items))
+        except ProjectionError:
+            raise
+        except Exception as error:
+            self._conn = None
+            raise ProjectionError(f"projection {self.name!r} failed: {error}") from error
+        return applied
+
+    def _apply_tenant(self, cur: psycopg.Cursor[Any], tenant_id: str,
+                      items: list[Delivered]) -> int:
+        cur.execute(self._set_tenant, (tenant_id,))
+        originators = list({d.event.originator_id for d in items})
+        cur.execute(self._tracking, (self.name, tenant_id, originators))
+        versions: dict[UUID, int] = {row[0]: row[1] for row in cur.fetchall()}
+        touched: set[UUID] = set()
+        applied = 0
+        for item in items:
+            event = item.event
+            last = versions.get(event.originator_id, 0)
+            if event.originator_version <= last:
+                continue  # already applied: a duplicate delivery
+            pending = self._fill_gap(event, last) + [event]
+            for each in pending:
+                self._apply_one(cur, each, item.notification_id)
+                versions[each.originator_id] = each.originator_version
+                applied += 1
+            touched.add(event.originator_id)
+        for originator_id in touched:
+            cur.execute(self._track, (self.name, tenant_id, originator_id, versions[originator_id]))
+        cur.execute(self._position, (self.name, tenant_id, max(d.notification_id for d in items)))
+        return applied
+
+    #: The pseudo-tenant of the log position: "every event up to here is applied", advanced
+    #: only by a catch-up that reads the log in order.
+    LOG = "*"
+
+    def log_position(self) -> int:
+        with self.conn.transaction():
+            self.conn.execute(self._set_tenant, (self.LOG,))
+            row = self.conn.execute(sql.SQL(
+                "SELECT position FROM {}.projection_position WHERE projection = %s "
+                "AND tenant_id = %s").format(sql.Identifier(self.schema)),
+                (self.name, self.LOG)).fetchone()
+        return int(row[0]) if row else 0
+
+    def mark_log_position(self, position: int) -> None:
+        with self.conn.transaction():
+            self.conn.execute(self._set_tenant, (self.LOG,))
+            self.conn.execute(self._position, (self.name, self.LOG, position))
+
+    def _fill_gap(self, event: Any, last: int) -> list[Any]:
+        if event.originator_version == last + 1:
+            return []
+        missing = self.fetch_missing(event.originator_id, last, event.originator_version)
+        expected = list(range(last + 1, event.originator_version))
+        if [e.originator_version for e in missing] != expected:
+            raise ProjectionError(
+                f"aggregate {event.originator_id}: versions {expected} are missing from the log"
+            )
+        log.info("filled a gap of %d event(s) for %s from the log", len(missing),
+                 event.originator_id)
+        return missing
+
+    def _apply_one(self, cur: psycopg.Cursor[Any], event: Any, notification_id: int) -> None:
+        try:
+            self.sink.apply_all(cur, project(event))
+        except Exception as error:
+            self.record_failure(event.tenant_id, notification_id, event.originator_id,
+                                event.originator_version, type(event).__qualname__, error)
+            raise ProjectionError(
+                f"cannot apply {type(event).__qualname__} v{event.originator_version} of "
+                f"{event.originator_id} (notification {notification_id}): {error}"
+            ) from error
+
+    def record_failure(
+        self, tenant_id: str, notification_id: int, originator_id: UUID | None,
+        version: int | None, topic: str | None, error: BaseException | str,
+    ) -> None:
+        """Record an event the projection could not apply, in a transaction of its own."""
+        try:
+            with self.connect() as conn, conn.transaction():
+                conn.execute(self._set_tenant, (tenant_id,))
+                conn.execute(self._failure, (self.name, tenant_id, notification_id, originator_id,
+                                             version, topic, str(error)[:2000]))
+        except Exception:  # recording must not hide the original failure
+            log.exception("could not record the failure of notification %s", notification_id)
+
+
+def deliveries(notifications: Iterable[Any], to_domain_event: Callable[[Any], Any]
+               ) -> list[Delivered]:
+    return [Delivered(n.id, to_domain_event(n)) for n in notifications]

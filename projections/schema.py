@@ -1,0 +1,237 @@
+"""The read models' tables, indexes, row-level security and grants, created into any schema.
+
+Every table carries ``tenant_id``; every key starts with it. Row-level security is forced, so the
+runtime and projector roles see and write only the tenant their transaction set
+(``palimpsest.tenant``). Edges and versions reference ``nodes`` by ``(tenant_id, id)``: an edge to
+another tenant's card cannot be stored.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+TABLES = ("nodes", "slots", "cards", "card_versions", "card_embeddings", "card_relations",
+          "arbitration_queue", "proposals", "projection_tracking", "projection_position",
+          "projection_failures")
+
+_DDL = """
+CREATE EXTENSION IF NOT EXISTS btree_gist;
+CREATE EXTENSION IF NOT EXISTS pg_trgm;
+CREATE EXTENSION IF NOT EXISTS vector;
+CREATE SCHEMA IF NOT EXISTS {s};
+
+CREATE TABLE IF NOT EXISTS {s}.nodes (
+    tenant_id text NOT NULL,
+    node_id uuid NOT NULL,
+    node_kind text NOT NULL,
+    PRIMARY KEY (tenant_id, node_id)
+);
+
+CREATE TABLE IF NOT EXISTS {s}.slots (
+    tenant_id text NOT NULL,
+    slot_id uuid NOT NULL,
+    scope text NOT NULL,
+    project_id text,
+    group_id text,
+    subject text NOT NULL,
+    label text NOT NULL,
+    cardinality text NOT NULL,
+    PRIMARY KEY (tenant_id, slot_id),
+    FOREIGN KEY (tenant_id, slot_id) REFERENCES {s}.nodes (tenant_id, node_id)
+);
+
+CREATE TABLE IF NOT EXISTS {s}.cards (
+    tenant_id text NOT NULL,
+    card_id uuid NOT NULL,
+    aggregate_id uuid NOT NULL,
+    kind text NOT NULL,
+    memory_type text NOT NULL,
+    scope text NOT NULL,
+    project_id text,
+    group_id text,
+    perspective text,
+    subject text,
+    label text,
+    cardinality text,
+    item_key text,
+    content text NOT NULL,
+    title text,
+    valid_from timestamptz,
+    valid_to timestamptz,
+    occurred_at timestamptz,
+    recorded_at timestamptz NOT NULL,
+    updated_at timestamptz NOT NULL,
+    retracted_at timestamptz,
+    verified_at timestamptz,
+    status text,
+    owner text,
+    due_at timestamptz,
+    merged_into uuid,
+    source text NOT NULL,
+    inference_confidence real,
+    agent_id text,
+    session_id text,
+    turn_id text,
+    tags text[] NOT NULL DEFAULT '{{}}',
+    terms text[] NOT NULL DEFAULT '{{}}',
+    bigrams text[] NOT NULL DEFAULT '{{}}',
+    fuzzy_text text NOT NULL DEFAULT '',
+    version integer NOT NULL DEFAULT 1,
+    valid tstzrange GENERATED ALWAYS AS (
+        CASE WHEN kind = 'event' THEN tstzrange(occurred_at, occurred_at, '[]')
+             ELSE tstzrange(valid_from, valid_to) END) STORED,
+    PRIMARY KEY (tenant_id, card_id),
+    FOREIGN KEY (tenant_id, card_id) REFERENCES {s}.nodes (tenant_id, node_id)
+);
+CREATE INDEX IF NOT EXISTS cards_current ON {s}.cards (tenant_id, kind, scope)
+    WHERE retracted_at IS NULL AND valid_to IS NULL;
+CREATE INDEX IF NOT EXISTS cards_slot ON {s}.cards (tenant_id, aggregate_id);
+CREATE INDEX IF NOT EXISTS cards_valid ON {s}.cards USING gist (tenant_id, valid);
+CREATE INDEX IF NOT EXISTS cards_occurred ON {s}.cards (tenant_id, occurred_at)
+    WHERE occurred_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS cards_terms ON {s}.cards USING gin (terms);
+CREATE INDEX IF NOT EXISTS cards_bigrams ON {s}.cards USING gin (bigrams);
+CREATE INDEX IF NOT EXISTS cards_trigrams ON {s}.cards USING gin (fuzzy_text gin_trgm_ops);
+
+CREATE TABLE IF NOT EXISTS {s}.card_versions (
+    tenant_id text NOT NULL,
+    card_id uuid NOT NULL,
+    version integer NOT NULL,
+    content text NOT NULL,
+    title text,
+    status text,
+    valid tstzrange NOT NULL,
+    known tstzrange NOT NULL,
+    retracted boolean NOT NULL,
+    verified_at timestamptz,
+    PRIMARY KEY (tenant_id, card_id, version),
+    FOREIGN KEY (tenant_id, card_id) REFERENCES {s}.nodes (tenant_id, node_id)
+);
+CREATE INDEX IF NOT EXISTS card_versions_as_of ON {s}.card_versions
+    USING gist (tenant_id, known, valid);
+
+-- Embeddings of card content, derived from ``cards`` by the embedding projection.
+CREATE TABLE IF NOT EXISTS {s}.card_embeddings (
+    tenant_id text NOT NULL,
+    card_id uuid NOT NULL,
+    model text NOT NULL,
+    content_hash bytea NOT NULL,
+    embedding vector({dims}) NOT NULL,
+    PRIMARY KEY (tenant_id, card_id),
+    FOREIGN KEY (tenant_id, card_id) REFERENCES {s}.nodes (tenant_id, node_id)
+);
+CREATE INDEX IF NOT EXISTS card_embeddings_hnsw ON {s}.card_embeddings
+    USING hnsw (embedding vector_cosine_ops);
+
+CREATE TABLE IF NOT EXISTS {s}.card_relations (
+    tenant_id text NOT NULL,
+    src_id uuid NOT NULL,
+    dst_id uuid NOT NULL,
+    edge text NOT NULL,
+    recorded_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant_id, src_id, dst_id, edge),
+    FOREIGN KEY (tenant_id, src_id) REFERENCES {s}.nodes (tenant_id, node_id),
+    FOREIGN KEY (tenant_id, dst_id) REFERENCES {s}.nodes (tenant_id, node_id)
+);
+CREATE INDEX IF NOT EXISTS card_relations_dst ON {s}.card_relations (tenant_id, dst_id);
+
+CREATE TABLE IF NOT EXISTS {s}.arbitration_queue (
+    tenant_id text NOT NULL,
+    case_id uuid NOT NULL,
+    slot_id uuid NOT NULL,
+    subject text NOT NULL,
+    label text NOT NULL,
+    current_values text[] NOT NULL,
+    proposed_value text NOT NULL,
+    proposed_card_id uuid NOT NULL,
+    proposed_valid_from timestamptz NOT NULL,
+    reason text NOT NULL,
+    opened_at timestamptz NOT NULL,
+    decision text,
+    decided_by text,
+    decided_at timestamptz,
+    PRIMARY KEY (tenant_id, case_id),
+    FOREIGN KEY (tenant_id, slot_id) REFERENCES {s}.nodes (tenant_id, node_id)
+);
+CREATE INDEX IF NOT EXISTS arbitration_pending ON {s}.arbitration_queue (tenant_id)
+    WHERE decision IS NULL;
+
+-- Consolidation proposals (advisory duplicate / contradiction edges awaiting review).
+CREATE TABLE IF NOT EXISTS {s}.proposals (
+    tenant_id text NOT NULL,
+    proposal_id uuid NOT NULL,
+    src_id uuid NOT NULL,
+    dst_id uuid NOT NULL,
+    edge text NOT NULL,
+    rationale text NOT NULL,
+    proposed_at timestamptz NOT NULL,
+    review text,
+    reviewed_at timestamptz,
+    PRIMARY KEY (tenant_id, proposal_id)
+);
+
+-- Idempotency by event identity: the last version of each aggregate applied by a projection.
+CREATE TABLE IF NOT EXISTS {s}.projection_tracking (
+    projection text NOT NULL,
+    tenant_id text NOT NULL,
+    originator_id uuid NOT NULL,
+    version bigint NOT NULL,
+    PRIMARY KEY (projection, tenant_id, originator_id)
+);
+-- Read-your-writes and lag: the highest notification id applied, per projection and tenant.
+-- Within a tenant, events arrive in notification order, so position N means all <= N applied.
+CREATE TABLE IF NOT EXISTS {s}.projection_position (
+    projection text NOT NULL,
+    tenant_id text NOT NULL,
+    position bigint NOT NULL,
+    updated_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (projection, tenant_id)
+);
+-- Events a projection could not apply: it stops there; tracking does not move past them.
+CREATE TABLE IF NOT EXISTS {s}.projection_failures (
+    projection text NOT NULL,
+    tenant_id text NOT NULL,
+    notification_id bigint NOT NULL,
+    originator_id uuid,
+    originator_version bigint,
+    topic text,
+    error text NOT NULL,
+    failed_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (projection, notification_id)
+);
+"""
+
+_POLICY = """
+ALTER TABLE {s}.{t} ENABLE ROW LEVEL SECURITY;
+ALTER TABLE {s}.{t} FORCE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS tenant_isolation ON {s}.{t};
+CREATE POLICY tenant_isolation ON {s}.{t}
+    USING (tenant_id = current_setting('palimpsest.tenant', true))
+    WITH CHECK (tenant_id = current_setting('palimpsest.tenant', true));
+DROP POLICY IF EXISTS projector_reads ON {s}.{t};
+CREATE POLICY projector_reads ON {s}.{t} FOR SELECT TO {writer} USING (true);
+"""
+
+
+def create_read_schema(
+    conn: psycopg.Connection[Any], schema: str, reader: str, writer: str, dimensions: int = 512
+) -> None:
+    """Create the read-model tables in ``schema`` (idempotent). ``reader`` (the runtime role)
+    selects within its tenant; ``writer`` (the projector) reads every tenant — it projects them
+    all — but inserts and updates only rows of the tenant its transaction set."""
+    names = {"s": sql.Identifier(schema)}
+    conn.execute(sql.SQL(_DDL).format(dims=sql.Literal(dimensions), **names))
+    for table in TABLES:
+        conn.execute(sql.SQL(_POLICY).format(
+            t=sql.Identifier(table), writer=sql.Identifier(writer), **names))
+    grants = """
+        GRANT USAGE ON SCHEMA {s} TO {reader}, {writer};
+        GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {reader};
+        GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {s} TO {writer};
+        GRANT DELETE ON {s}.projection_failures TO {writer};
+    """
+    conn.execute(sql.SQL(grants).format(
+        reader=sql.Identifier(reader), writer=sql.Identifier(writer), **names))

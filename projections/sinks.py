@@ -1,0 +1,256 @@
+"""Where the projection's operations land: PostgreSQL row by row, or memory for a bulk rebuild.
+
+Both sinks carry out the same operations with the same meaning, so an incrementally built read
+model and a rebuilt one are equal row for row (tested).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from functools import singledispatchmethod
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg import sql
+from psycopg.types.range import Range
+
+from projections.ops import (
+    CARD_COLUMNS,
+    CASE_COLUMNS,
+    CHANGEABLE,
+    FROM_SLOT,
+    SLOT_COLUMNS,
+    ChangeCard,
+    DecideCase,
+    PutCard,
+    PutCase,
+    PutEdge,
+    PutNode,
+    PutSlot,
+)
+
+
+def _merge_tags(current: list[str], added: Iterable[str]) -> list[str]:
+    return [*current, *(tag for tag in added if tag not in current)]
+
+
+def _valid(row: dict[str, Any]) -> Range[datetime]:
+    if row["kind"] == "event":
+        return Range(row["occurred_at"], row["occurred_at"], "[]")
+    return Range(row["valid_from"], row["valid_to"], "[)")
+
+
+class PostgresSink:
+    """Applies operations inside the caller's transaction, as the caller's role."""
+
+    def __init__(self, schema: str) -> None:
+        s = sql.Identifier(schema)
+        own = tuple(c for c in CARD_COLUMNS if c not in FROM_SLOT)
+        self._own = own
+        self._node = sql.SQL(
+            "INSERT INTO {}.nodes (tenant_id, node_id, node_kind) VALUES (%s, %s, %s) "
+            "ON CONFLICT DO NOTHING").format(s)
+        self._slot = sql.SQL("INSERT INTO {}.slots ({}) VALUES ({})").format(
+            s, sql.SQL(", ").join(map(sql.Identifier, SLOT_COLUMNS)),
+            sql.SQL(", ").join(sql.Placeholder() * len(SLOT_COLUMNS)))
+        self._card = sql.SQL("INSERT INTO {}.cards ({}) VALUES ({})").format(
+            s, sql.SQL(", ").join(map(sql.Identifier, CARD_COLUMNS)),
+            sql.SQL(", ").join(sql.Placeholder() * len(CARD_COLUMNS)))
+        self._state_card = sql.SQL(
+            "INSERT INTO {s}.cards ({cols}) SELECT {vals}, {slot_cols} FROM {s}.slots "
+            "WHERE tenant_id = %s AND slot_id = %s").format(
+            s=s, cols=sql.SQL(", ").join(map(sql.Identifier, (*own, *FROM_SLOT))),
+            vals=sql.SQL(", ").join(sql.Placeholder() * len(own)),
+            slot_cols=sql.SQL(", ").join(map(sql.Identifier, FROM_SLOT)))
+        self._first_version = sql.SQL(
+            "INSERT INTO {s}.card_versions (tenant_id, card_id, version, content, title, status, "
+            "valid, known, retracted, verified_at) SELECT tenant_id, card_id, version, content, "
+            "title, status, valid, tstzrange(recorded_at, NULL), retracted_at IS NOT NULL, "
+            "verified_at FROM {s}.cards WHERE tenant_id = %s AND card_id = %s").format(s=s)
+        self._close_version = sql.SQL(
+            "UPDATE {s}.card_versions SET known = tstzrange(lower(known), greatest(lower(known), %s)) "
+            "WHERE tenant_id = %s AND card_id = %s AND upper_inf(known)").format(s=s)
+        self._next_version = sql.SQL(
+            "INSERT INTO {s}.card_versions (tenant_id, card_id, version, content, title, status, "
+            "valid, known, retracted, verified_at) SELECT tenant_id, card_id, version, content, "
+            "title, status, valid, tstzrange(%s, NULL), retracted_at IS NOT NULL, verified_at "
+            "FROM {s}.cards WHERE tenant_id = %s AND card_id = %s").format(s=s)
+        self._edge = sql.SQL(
+            "INSERT INTO {}.card_relations (tenant_id, src_id, dst_id, edge, recorded_at) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING").format(s)
+        self._case = sql.SQL("INSERT INTO {}.arbitration_queue ({}) VALUES ({})").format(
+            s, sql.SQL(", ").join(map(sql.Identifier, CASE_COLUMNS)),
+            sql.SQL(", ").join(sql.Placeholder() * len(CASE_COLUMNS)))
+        self._decide = sql.SQL(
+            "UPDATE {}.arbitration_queue SET decision = %s, decided_by = %s, decided_at = %s "
+            "WHERE tenant_id = %s AND case_id = %s").format(s)
+        self._schema = s
+
+    def apply_all(self, cur: psycopg.Cursor[Any], ops: Iterable[Any]) -> None:
+        for op in ops:
+            self.apply(op, cur)
+
+    @singledispatchmethod
+    def apply(self, op: Any, cur: psycopg.Cursor[Any]) -> None:
+        raise TypeError(f"no sink rule for {type(op).__name__}")
+
+    @apply.register
+    def _(self, op: PutNode, cur: psycopg.Cursor[Any]) -> None:
+        cur.execute(self._node, (op.tenant_id, op.node_id, op.node_kind))
+
+    @apply.register
+    def _(self, op: PutSlot, cur: psycopg.Cursor[Any]) -> None:
+        cur.execute(self._slot, [op.row.get(c) for c in SLOT_COLUMNS])
+
+    @apply.register
+    def _(self, op: PutCard, cur: psycopg.Cursor[Any]) -> None:
+        if op.slot_id is None:
+            cur.execute(self._card, [op.row.get(c) for c in CARD_COLUMNS])
+        else:
+            values = [op.row.get(c) for c in self._own]
+            cur.execute(self._state_card, [*values, op.row["tenant_id"], op.slot_id])
+        cur.execute(self._first_version, (op.row["tenant_id"], op.row["card_id"]))
+
+    @apply.register
+    def _(self, op: ChangeCard, cur: psycopg.Cursor[Any]) -> None:
+        assignments = [sql.SQL("version = version + 1"), sql.SQL("updated_at = %s")]
+        params: list[Any] = [op.at]
+        for column, value in op.changes.items():
+            if column == "added_tags":
+                for target in ("tags", "terms"):
+                    assignments.append(sql.SQL(
+                        "{c} = {c} || ARRAY(SELECT x FROM unnest(%s::text[]) WITH ORDINALITY "
+                        "AS a(x, n) WHERE x <> ALL({c}) ORDER BY n)").format(c=sql.Identifier(target)))
+                    params.append(list(value))
+                continue
+            if column not in CHANGEABLE:
+                raise ValueError(f"column {column!r} cannot change")
+            assignments.append(sql.SQL("{} = %s").format(sql.Identifier(column)))
+            params.append(value)
+        statement = sql.SQL("UPDATE {}.cards SET {} WHERE tenant_id = %s AND card_id = %s").format(
+            self._schema, sql.SQL(", ").join(assignments))
+        cur.execute(statement, [*params, op.tenant_id, op.card_id])
+        cur.execute(self._close_version, (op.at, op.tenant_id, op.card_id))
+        cur.execute(self._next_version, (op.at, op.tenant_id, op.card_id))
+
+    @apply.register
+    def _(self, op: PutEdge, cur: psycopg.Cursor[Any]) -> None:
+        cur.execute(self._edge, (op.tenant_id, op.src_id, op.dst_id, op.edge, op.recorded_at))
+
+    @apply.register
+    def _(self, op: PutCase, cur: psycopg.Cursor[Any]) -> None:
+        cur.execute(self._case, [op.row[c] for c in CASE_COLUMNS])
+
+    @apply.register
+    def _(self, op: DecideCase, cur: psycopg.Cursor[Any]) -> None:
+        cur.execute(self._decide, (op.decision, op.decided_by, op.decided_at, op.tenant_id,
+                                   op.case_id))
+
+
+class MemorySink:
+    """Builds every read-model row in dictionaries; :meth:`rows` gives them table by table."""
+
+    def __init__(self) -> None:
+        self.nodes: dict[tuple[str, UUID], str] = {}
+        self.slots: dict[tuple[str, UUID], dict[str, Any]] = {}
+        self.cards: dict[tuple[str, UUID], dict[str, Any]] = {}
+        self.versions: dict[tuple[str, UUID], list[dict[str, Any]]] = {}
+        self.edges: dict[tuple[str, UUID, UUID, str], datetime] = {}
+        self.cases: dict[tuple[str, UUID], dict[str, Any]] = {}
+
+    def apply_all(self, ops: Iterable[Any]) -> None:
+        for op in ops:
+            self.apply(op)
+
+    @singledispatchmethod
+    def apply(self, op: Any) -> None:
+        raise TypeError(f"no sink rule for {type(op).__name__}")
+
+    @apply.register
+    def _(self, op: PutNode) -> None:
+        self.nodes.setdefault((op.tenant_id, op.node_id), op.node_kind)
+
+    @apply.register
+    def _(self, op: PutSlot) -> None:
+        self.slots[(op.row["tenant_id"], op.row["slot_id"])] = dict(op.row)
+
+    @apply.register
+    def _(self, op: PutCard) -> None:
+        row = {column: op.row.get(column) for column in CARD_COLUMNS}
+        for column in ("tags", "terms", "bigrams"):
+            row[column] = list(row[column] or [])
+        row["fuzzy_text"] = row["fuzzy_text"] or ""
+        if op.slot_id is not None:
+            slot = self.slots[(row["tenant_id"], op.slot_id)]
+            row.update({column: slot[column] for column in FROM_SLOT})
+        row["version"] = 1
+        key = (row["tenant_id"], row["card_id"])
+        self.cards[key] = row
+        self.versions[key] = [self._version(row, row["recorded_at"])]
+
+    @apply.register
+    def _(self, op: ChangeCard) -> None:
+        key = (op.tenant_id, op.card_id)
+        row = self.cards[key]
+        for column, value in op.changes.items():
+            if column == "added_tags":
+                row["tags"] = _merge_tags(row["tags"], value)
+                row["terms"] = _merge_tags(row["terms"], value)
+            elif column in CHANGEABLE:
+                row[column] = value
+            else:
+                raise ValueError(f"column {column!r} cannot change")
+        row["version"] += 1
+        row["updated_at"] = op.at
+        history = self.versions[key]
+        since = history[-1]["known"].lower
+        history[-1]["known"] = Range(since, max(since, op.at), "[)")
+        history.append(self._version(row, op.at))
+
+    @apply.register
+    def _(self, op: PutEdge) -> None:
+        self.edges.setdefault((op.tenant_id, op.src_id, op.dst_id, op.edge), op.recorded_at)
+
+    @apply.register
+    def _(self, op: PutCase) -> None:
+        self.cases[(op.row["tenant_id"], op.row["case_id"])] = {
+            **{c: op.row[c] for c in CASE_COLUMNS},
+            "decision": None, "decided_by": None, "decided_at": None,
+        }
+
+    @apply.register
+    def _(self, op: DecideCase) -> None:
+        self.cases[(op.tenant_id, op.case_id)].update(
+            decision=op.decision, decided_by=op.decided_by, decided_at=op.decided_at)
+
+    @staticmethod
+    def _version(row: dict[str, Any], since: datetime) -> dict[str, Any]:
+        return {
+            "tenant_id": row["tenant_id"], "card_id": row["card_id"], "version": row["version"],
+            "content": row["content"], "title": row["title"], "status": row["status"],
+            "valid": _valid(row), "known": Range(since, None, "[)"),
+            "retracted": row["retracted_at"] is not None, "verified_at": row["verified_at"],
+        }
+
+    def rows(self) -> dict[str, tuple[tuple[str, ...], list[tuple[Any, ...]]]]:
+        """Table name → (columns, rows), in an order that satisfies the foreign keys."""
+        card_columns = (*CARD_COLUMNS, "version")
+        version_columns = ("tenant_id", "card_id", "version", "content", "title", "status",
+                           "valid", "known", "retracted", "verified_at")
+        case_columns = (*CASE_COLUMNS, "decision", "decided_by", "decided_at")
+        return {
+            "nodes": (("tenant_id", "node_id", "node_kind"),
+                      [(t, n, k) for (t, n), k in self.nodes.items()]),
+            "slots": (SLOT_COLUMNS, [tuple(r[c] for c in SLOT_COLUMNS) for r in self.slots.values()]),
+            "cards": (card_columns,
+                      [tuple(r.get(c) for c in card_columns) for r in self.cards.values()]),
+            "card_versions": (version_columns, [
+                tuple(v[c] for c in version_columns)
+                for history in self.versions.values() for v in history]),
+            "card_relations": (("tenant_id", "src_id", "dst_id", "edge", "recorded_at"),
+                               [(*key, at) for key, at in self.edges.items()]),
+            "arbitration_queue": (case_columns, [
+                tuple(r[c] for c in case_columns) for r in self.cases.values()]),
+        }

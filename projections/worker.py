@@ -1,0 +1,88 @@
+"""The projector process: catch up from the log, then follow Kafka with Faust; embeddings in a
+thread of their own so the cards projection never waits on a model."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+from typing import Any
+
+from domain.errors import PalimpsestError
+from infra.postgres import admin_database, bootstrap, projector_database
+from infra.settings import Settings
+from projections.embeddings import EmbeddingProjection
+from projections.faust_app import POISON_EXIT, Outcome, create_faust_app
+from projections.projector import ProjectionError
+from projections.replay import catch_up, make_projector
+from services.factory import create_app
+
+log = logging.getLogger(__name__)
+
+
+class KafkaNotConfiguredError(PalimpsestError):
+    pass
+
+
+def embedding_loop(projection: EmbeddingProjection, stop: threading.Event,
+                   idle: float = 0.5) -> None:
+    while not stop.is_set():
+        try:
+            if projection.embed_pending() == 0:
+                stop.wait(idle)
+        except Exception:  # a model or database hiccup: log it, retry after a pause
+            log.exception("embedding projection failed; retrying")
+            stop.wait(5.0)
+
+
+def start_embeddings(settings: Settings, stop: threading.Event) -> threading.Thread:
+    from infra.embedders import create_embedder
+
+    db = projector_database(admin_database(settings), settings)
+    embedder = create_embedder(settings, connect=db.connect)
+    projection = EmbeddingProjection(db.connect, settings.read_schema, embedder)
+    thread = threading.Thread(target=embedding_loop, args=(projection, stop), daemon=True,
+                              name="embeddings")
+    thread.start()
+    return thread
+
+
+def run_projector(settings: Settings, bootstrap_servers: str | None = None,
+                  embeddings: bool = True) -> int:
+    """Run until stopped; the exit code is 0, or ``POISON_EXIT`` after an unappliable event."""
+    servers = bootstrap_servers or settings.kafka_bootstrap
+    if not servers:
+        raise KafkaNotConfiguredError(
+            "set PALIMPSEST_KAFKA_BOOTSTRAP to the broker the relay publishes to, or run "
+            "`palimpsest pipeline`, which starts an embedded broker, the relay and the projector")
+    admin = admin_database(settings)
+    if settings.auto_bootstrap:
+        bootstrap(admin, settings)
+    app = create_app(settings.model_copy(update={"auto_bootstrap": False}))
+    projector = make_projector(settings, app, admin=admin)
+    stop = threading.Event()
+    try:
+        caught = catch_up(projector, app)
+        log.info("caught up %d event(s) from the log", caught)
+    except ProjectionError as error:
+        log.critical("projector stopped: %s", error)
+        return POISON_EXIT
+    if embeddings:
+        start_embeddings(settings, stop)
+    outcome = Outcome()
+    worker_app = create_faust_app(settings, servers, app, projector, outcome)
+    try:
+        _run_worker(worker_app)
+    finally:
+        stop.set()
+        projector.close()
+        app.close()
+    return POISON_EXIT if outcome.poisoned else 0
+
+
+def _run_worker(worker_app: Any) -> None:
+    import faust
+
+    worker = faust.Worker(worker_app, loglevel="WARNING", quiet=True, redirect_stdouts=False)
+    with contextlib.suppress(SystemExit):  # the worker exits the process when it stops
+        worker.execute_from_commandline()

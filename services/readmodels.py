@@ -1,0 +1,137 @@
+"""Reading the read models as the runtime role, one tenant per transaction.
+
+Row-level security does the isolation: each transaction sets ``palimpsest.tenant`` from the
+caller's identity and the database shows nothing else.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool
+from pydantic import BaseModel
+
+from domain.values import check_tenant
+from infra.postgres import Database
+from projections.cards import NAME
+
+
+class CardRecord(BaseModel):
+    card_id: UUID
+    aggregate_id: UUID
+    kind: str
+    memory_type: str
+    scope: str
+    subject: str | None
+    label: str | None
+    content: str
+    title: str | None
+    valid_from: datetime | None
+    valid_to: datetime | None
+    occurred_at: datetime | None
+    recorded_at: datetime
+    retracted_at: datetime | None
+    status: str | None
+    source: str
+    superseded: bool
+
+
+class Freshness(BaseModel):
+    """Whether the read models include a given write, and if not, by how many events not."""
+
+    position: int
+    projected: int
+    stale_by: int
+
+    @property
+    def fresh(self) -> bool:
+        return self.stale_by == 0
+
+
+_CARD = """c.card_id, c.aggregate_id, c.kind, c.memory_type, c.scope, c.subject, c.label,
+    {content} AS content, {title} AS title, c.valid_from, {valid_to} AS valid_to, c.occurred_at,
+    c.recorded_at, c.retracted_at, {status} AS status, c.source"""
+
+
+class ReadModels:
+    def __init__(self, db: Database, schema: str, pool_size: int = 4) -> None:
+        self.schema = sql.Identifier(schema)
+        self.pool = ConnectionPool(
+            kwargs={"host": db.host, "port": db.port, "dbname": db.dbname, "user": db.user,
+                    "password": db.password, "row_factory": dict_row},
+            min_size=1, max_size=pool_size, open=True)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    @contextmanager
+    def tenant(self, tenant_id: str) -> Iterator[psycopg.Connection[Any]]:
+        check_tenant(tenant_id)
+        with self.pool.connection() as conn, conn.transaction():
+            conn.execute("SELECT set_config('palimpsest.tenant', %s, true)", (tenant_id,))
+            yield conn
+
+    def current(self, tenant_id: str, subject: str | None = None) -> list[CardRecord]:
+        """Cards valid now: not retracted, validity open (events and knowledge included)."""
+        query = sql.SQL(
+            "SELECT " + _CARD.format(content="c.content", title="c.title", valid_to="c.valid_to",
+                                     status="c.status") + ", false AS superseded "
+            "FROM {s}.cards c WHERE c.retracted_at IS NULL AND c.valid_to IS NULL "
+            "AND ({subject}::text IS NULL OR c.subject = {subject}) "
+            "ORDER BY c.recorded_at, c.card_id").format(s=self.schema, subject=sql.Placeholder("subject"))
+        with self.tenant(tenant_id) as conn:
+            rows = conn.execute(query, {"subject": subject}).fetchall()
+        return [CardRecord(**row) for row in rows]
+
+    def as_of(self, tenant_id: str, valid_at: datetime, known_at: datetime,
+              subject: str | None = None) -> list[CardRecord]:
+        """Cards that, as known at ``known_at``, were valid at ``valid_at``: one indexed query."""
+        query = sql.SQL(
+            "SELECT " + _CARD.format(content="v.content", title="v.title",
+                                     valid_to="upper(v.valid)", status="v.status")
+            + ", NOT upper_inf(v.valid) AS superseded "
+            "FROM {s}.card_versions v JOIN {s}.cards c USING (tenant_id, card_id) "
+            "WHERE v.known @> %(known)s::timestamptz AND v.valid @> %(valid)s::timestamptz "
+            "AND NOT v.retracted AND (%(subject)s::text IS NULL OR c.subject = %(subject)s) "
+            "ORDER BY c.recorded_at, c.card_id").format(s=self.schema)
+        with self.tenant(tenant_id) as conn:
+            rows = conn.execute(query, {"known": known_at, "valid": valid_at,
+                                        "subject": subject}).fetchall()
+        return [CardRecord(**row) for row in rows]
+
+    def history(self, tenant_id: str, card_id: UUID) -> list[dict[str, Any]]:
+        """Every version of a card, with both timelines."""
+        query = sql.SQL(
+            "SELECT version, content, title, status, lower(valid) AS valid_from, "
+            "upper(valid) AS valid_to, lower(known) AS known_from, upper(known) AS known_to, "
+            "retracted FROM {s}.card_versions WHERE card_id = %s ORDER BY version").format(
+            s=self.schema)
+        with self.tenant(tenant_id) as conn:
+            return conn.execute(query, (card_id,)).fetchall()
+
+    def projected(self, tenant_id: str) -> int:
+        query = sql.SQL("SELECT position FROM {}.projection_position WHERE projection = %s "
+                        "AND tenant_id = %s").format(self.schema)
+        with self.tenant(tenant_id) as conn:
+            row = conn.execute(query, (NAME, tenant_id)).fetchone()
+        return int(row["position"]) if row else 0
+
+    def wait_for(self, tenant_id: str, position: int, timeout: float = 5.0,
+                 poll: float = 0.02) -> Freshness:
+        """Wait until the tenant's read models include notification ``position``; on timeout,
+        say how many notifications behind they are."""
+        deadline = time.monotonic() + timeout
+        while True:
+            projected = self.projected(tenant_id)
+            if projected >= position or time.monotonic() >= deadline:
+                return Freshness(position=position, projected=projected,
+                                 stale_by=max(position - projected, 0))
+            time.sleep(poll)

@@ -1,0 +1,1 @@
+"""Stand-ins for outside services, for tests: small, local, deterministic."""

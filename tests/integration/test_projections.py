@@ -1,0 +1,278 @@
+"""The cards projection on the embedded PostgreSQL, driven straight from the log: exactly once,
+gaps filled, poison stops, crash safety, rebuild equals incremental, as-of, tenancy."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+import projections.projector as projector_module
+from infra.postgres import Database, projector_database
+from infra.settings import Settings
+from projections.projector import Delivered, ProjectionError, Projector
+from projections.replay import catch_up, make_projector, read_log, rebuild
+from services.commands import Arbitrate, Remember
+from services.demo import SimulatedClock, run_demo
+from services.factory import create_app
+from services.memory import Palimpsest
+from services.readmodels import ReadModels
+from tests.support import Clock, new_tenant, state
+
+pytestmark = pytest.mark.integration
+
+COMPARED = ("nodes", "slots", "cards", "card_versions", "card_relations", "arbitration_queue",
+            "projection_tracking")
+
+
+@pytest.fixture
+def app(pg_settings: Settings, admin_db: Database):  # type: ignore[no-untyped-def]
+    clock = Clock()
+    application = create_app(pg_settings, clock=clock)
+    application.test_clock = clock  # type: ignore[attr-defined]
+    yield application
+    application.close()
+
+
+@pytest.fixture
+def projector(pg_settings: Settings, app: Palimpsest, admin_db: Database):  # type: ignore[no-untyped-def]
+    made = make_projector(pg_settings, app, admin=admin_db)
+    yield made
+    made.close()
+
+
+@pytest.fixture
+def reads(runtime_db: Database, pg_settings: Settings):  # type: ignore[no-untyped-def]
+    models = ReadModels(runtime_db, pg_settings.read_schema)
+    yield models
+    models.close()
+
+
+def dump(db: Database, schema: str, table: str, tenant: str | None = None) -> list[tuple[Any, ...]]:
+    """Every row of a table, in a stable order, read as the administrator (no RLS)."""
+    where = sql.SQL(" WHERE tenant_id = %s") if tenant else sql.SQL("")
+    query = sql.SQL("SELECT * FROM {}.{}{}").format(
+        sql.Identifier(schema), sql.Identifier(table), where)
+    with db.connect() as conn:
+        rows = conn.execute(query, (tenant,) if tenant else ()).fetchall()
+    return sorted(rows, key=repr)
+
+
+def deliveries(app: Palimpsest, tenant: str) -> list[Delivered]:
+    head = app.recorder.max_notification_id() or 0
+    return [d for d in read_log(app, 1, head) if d.tenant_id == tenant]
+
+
+class TestExactlyOnce:
+    def test_command_to_read_model(self, app, projector, reads) -> None:
+        tenant = new_tenant()
+        first = app.remember(tenant, state("address", "Taipei"))
+        app.test_clock.advance(days=3)
+        second = app.remember(tenant, state("address", "Kyoto"))
+        assert reads.wait_for(tenant, second.position, timeout=0).stale_by > 0
+        catch_up(projector, app)
+        assert reads.wait_for(tenant, second.position, timeout=1).fresh
+        current = reads.current(tenant, subject="user")
+        assert [c.content for c in current] == ["Kyoto"], "a superseded card is never current"
+        history = reads.history(tenant, first.card_id)
+        assert [(h["version"], h["valid_to"] is None) for h in history] == [(1, True), (2, False)]
+
+    def test_the_same_event_twice_changes_nothing(self, app, projector, admin_db, pg_settings) -> None:
+        tenant = new_tenant()
+        app.remember(tenant, state("address", "Taipei"))
+        app.test_clock.advance(days=1)
+        app.remember(tenant, state("address", "Kyoto"))
+        batch = deliveries(app, tenant)
+        projector.apply_batch(batch)
+        before = {t: dump(admin_db, pg_settings.read_schema, t, tenant) for t in COMPARED}
+        assert projector.apply_batch(batch) == 0
+        assert projector.apply_batch(batch[1:] + batch[:1]) == 0
+        after = {t: dump(admin_db, pg_settings.read_schema, t, tenant) for t in COMPARED}
+        assert after == before
+
+    def test_v3_before_v2_waits_for_v2(self, app, projector, reads) -> None:
+        tenant = new_tenant()
+        for day, city in enumerate(["Taipei", "Kyoto", "Osaka"]):
+            app.test_clock.advance(days=day)
+            app.remember(tenant, state("address", city))
+        opened, taipei, kyoto, osaka = deliveries(app, tenant)
+        projector.apply_batch([opened, taipei])
+        assert projector.apply_batch([osaka]) == 2, "v3 is read from the log and applied first"
+        assert projector.apply_batch([kyoto]) == 0
+        assert [c.content for c in reads.current(tenant)] == ["Osaka"]
+
+    def test_a_crash_inside_the_transaction_applies_nothing(self, app, projector, admin_db,
+                                                            pg_settings, monkeypatch) -> None:
+        tenant = new_tenant()
+        app.remember(tenant, state("address", "Taipei"))
+        app.remember(tenant, state("skills", "Python"))
+        batch = deliveries(app, tenant)
+        calls = {"n": 0}
+        real = projector.sink.apply_all
+
+        def crash_on_second(cur: Any, ops: Any) -> None:
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise psycopg.OperationalError("connection lost mid-batch")
+            real(cur, ops)
+
+        monkeypatch.setattr(projector.sink, "apply_all", crash_on_second)
+        with pytest.raises(ProjectionError):
+            projector.apply_batch(batch)
+        assert dump(admin_db, pg_settings.read_schema, "cards", tenant) == []
+        assert dump(admin_db, pg_settings.read_schema, "projection_tracking", tenant) == []
+        monkeypatch.setattr(projector.sink, "apply_all", real)
+        assert projector.apply_batch(batch) == len(batch)
+        assert len(dump(admin_db, pg_settings.read_schema, "cards", tenant)) == 2
+
+    def test_a_poison_event_stops_and_is_recorded(self, app, projector, admin_db, pg_settings,
+                                                  monkeypatch) -> None:
+        tenant = new_tenant()
+        app.remember(tenant, state("address", "Taipei"))
+        batch = deliveries(app, tenant)
+        original = projector_module.project
+
+        def broken(event: Any) -> Any:
+            if type(event).__name__ == "Remembered":
+                raise KeyError("handler bug")
+            return original(event)
+
+        monkeypatch.setattr(projector_module, "project", broken)
+        with pytest.raises(ProjectionError, match="handler bug"):
+            projector.apply_batch(batch)
+        failures = dump(admin_db, pg_settings.read_schema, "projection_failures", tenant)
+        assert len(failures) == 1 and "handler bug" in failures[0][6]
+        assert dump(admin_db, pg_settings.read_schema, "projection_tracking", tenant) == []
+
+
+class TestTime:
+    def test_bitemporal_quadrants(self, app, projector, reads) -> None:
+        tenant, clock = new_tenant(), app.test_clock
+        t1 = clock.now - timedelta(days=10)
+        app.remember(tenant, state("employer", "Acme", valid_from=t1))
+        t2 = clock.now + timedelta(days=5)           # the job ended at t2 …
+        t3 = clock.advance(days=20)                   # … which we learned at t3
+        app.remember(tenant, state("employer", "Globex", valid_from=t2))
+        catch_up(projector, app)
+        before_t2, after_t2 = t2 - timedelta(days=1), t2 + timedelta(days=1)
+        before_t3, after_t3 = t3 - timedelta(days=1), t3 + timedelta(seconds=1)
+
+        def value(valid_at: Any, known_at: Any) -> list[str]:
+            return [c.content for c in reads.as_of(tenant, valid_at, known_at, subject="user")]
+
+        assert value(before_t2, before_t3) == ["Acme"]
+        assert value(after_t2, before_t3) == ["Acme"], "before t3 we believed Acme still held"
+        assert value(before_t2, after_t3) == ["Acme"]
+        assert value(after_t2, after_t3) == ["Globex"]
+
+    def test_event_time_round_trips(self, app, projector, reads) -> None:
+        tenant = new_tenant()
+        when = app.test_clock.now - timedelta(days=400, hours=3, microseconds=17)
+        app.remember(tenant, Remember(kind="event", memory_type="event", content="graduation",
+                                      occurred_at=when))
+        catch_up(projector, app)
+        (card,) = reads.current(tenant)
+        assert card.occurred_at == when
+
+
+class TestRebuild:
+    def test_rebuild_equals_the_incremental_read_models(self, pg_settings, admin_db, projector,
+                                                        reads) -> None:
+        clock = SimulatedClock()
+        demo_app = create_app(pg_settings, clock=clock)
+        try:
+            script = run_demo(demo_app, clock, lambda line: None)
+            case_id = script.cases[0]
+            demo_app.arbitrate(script.tenant_id, Arbitrate(case_id=case_id, decision="accept_new",
+                                                           decided_by="u"))
+            catch_up(projector, demo_app)
+            report = rebuild(pg_settings, demo_app, into="palimpsest_read_check")
+        finally:
+            demo_app.close()
+        assert report.events > 40 and not report.swapped
+        for table in COMPARED:
+            live = dump(admin_db, pg_settings.read_schema, table)
+            rebuilt = dump(admin_db, "palimpsest_read_check", table)
+            assert rebuilt == live, f"{table} differs after a rebuild"
+        known = reads.current(script.tenant_id, subject="fibon")
+        assert [c.content for c in known] == ["2026-11-22"]
+
+    def test_rebuild_as_known_at_a_past_moment(self, pg_settings, admin_db) -> None:
+        clock = SimulatedClock()
+        demo_app = create_app(pg_settings, clock=clock)
+        try:
+            script = run_demo(demo_app, clock, lambda line: None)
+            moment = clock.now - timedelta(days=40)   # day 20 of the script: Kyoto, not Kaohsiung
+            report = rebuild(pg_settings, demo_app, known_at=moment)
+        finally:
+            demo_app.close()
+        past = ReadModels(admin_db.as_role(pg_settings.runtime_role, None), report.schema)
+        try:
+            addresses = [c.content for c in past.current(script.tenant_id) if c.label == "address"]
+        finally:
+            past.close()
+        assert addresses == ["Kyoto"]
+        with admin_db.connect(autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(report.schema)))
+
+
+class TestTenancy:
+    def test_another_tenant_reads_nothing_from_any_read_model(self, app, projector, runtime_db,
+                                                              pg_settings) -> None:
+        owner, intruder = new_tenant(), new_tenant()
+        app.remember(owner, state("address", "Taipei"))
+        app.remember(owner, Remember(kind="knowledge", memory_type="note", content="secret plan",
+                                     tags=("plan",)))
+        catch_up(projector, app)
+        tables = ("nodes", "slots", "cards", "card_versions", "card_relations",
+                  "arbitration_queue", "projection_tracking", "projection_position",
+                  "card_embeddings")
+        with runtime_db.connect() as conn, conn.transaction():
+            conn.execute("SELECT set_config('palimpsest.tenant', %s, true)", (intruder,))
+            for table in tables:
+                rows = conn.execute(sql.SQL("SELECT count(*) FROM {}.{}").format(
+                    sql.Identifier(pg_settings.read_schema), sql.Identifier(table))).fetchone()
+                assert rows[0] == 0, table
+            conn.execute("SELECT set_config('palimpsest.tenant', %s, true)", (owner,))
+            rows = conn.execute(sql.SQL("SELECT count(*) FROM {}.cards").format(
+                sql.Identifier(pg_settings.read_schema))).fetchone()
+            assert rows[0] == 2
+
+    def test_forged_rows_and_edges_are_refused_by_the_database(self, app, projector, admin_db,
+                                                               pg_settings) -> None:
+        owner, intruder = new_tenant(), new_tenant()
+        victim = app.remember(owner, state("address", "Taipei"))
+        mine = app.remember(intruder, state("address", "Kyoto"))
+        catch_up(projector, app)
+        db = projector_database(admin_db, pg_settings)
+        s = sql.Identifier(pg_settings.read_schema)
+        with db.connect() as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("SELECT set_config('palimpsest.tenant', %s, false)", (intruder,))
+            conn.execute(sql.SQL("INSERT INTO {}.nodes VALUES (%s, gen_random_uuid(), 'card')")
+                         .format(s), (owner,))
+        with db.connect() as conn, pytest.raises(psycopg.errors.ForeignKeyViolation):
+            conn.execute("SELECT set_config('palimpsest.tenant', %s, false)", (intruder,))
+            conn.execute(sql.SQL(
+                "INSERT INTO {}.card_relations VALUES (%s, %s, %s, 'related_to', now())").format(s),
+                (intruder, mine.card_id, victim.card_id))
+        with runtime_db_connect(admin_db, pg_settings) as conn, pytest.raises(
+                psycopg.errors.InsufficientPrivilege):
+            conn.execute(sql.SQL("UPDATE {}.cards SET content = 'x'").format(s))
+
+
+def runtime_db_connect(admin_db: Database, settings: Settings) -> psycopg.Connection[Any]:
+    return admin_db.as_role(settings.runtime_role, None).connect()
+
+
+def test_projector_role_cannot_write_without_a_tenant(admin_db, pg_settings) -> None:
+    db = projector_database(admin_db, pg_settings)
+    with db.connect() as conn, pytest.raises(psycopg.errors.InsufficientPrivilege):
+        conn.execute(sql.SQL("INSERT INTO {}.nodes VALUES ('t-x', gen_random_uuid(), 'card')")
+                     .format(sql.Identifier(pg_settings.read_schema)))
+
+
+def test_projector_type_is_exported() -> None:
+    assert Projector.LOG == "*"
