@@ -83,6 +83,26 @@ def admin_database(settings: Settings) -> Database:
     return start_embedded(settings.data_dir)
 
 
+def cpu_flags() -> frozenset[str]:
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return frozenset()
+
+
+def vector_index_enabled(settings: Settings) -> bool:
+    """Whether to build pgvector's HNSW index. The embedded server's pgvector is compiled for
+    AVX-512: on a CPU without it every distance computation (HNSW builds and inserts included)
+    kills the backend with SIGILL. There the vectors are stored but ranked outside the database."""
+    if settings.vector_index != "auto":
+        return settings.vector_index == "hnsw"
+    return settings.database_url is not None or "avx512f" in cpu_flags()
+
+
 def runtime_database(admin: Database, settings: Settings) -> Database:
     password = settings.runtime_password.get_secret_value() if settings.runtime_password else None
     return admin.as_role(settings.runtime_role, password)
@@ -162,7 +182,8 @@ def _bootstrap(admin: Database, settings: Settings, schema: str) -> None:
         ensure_cache_table(conn, schema, settings.embedding_dimensions,
                            grant_to=[settings.runtime_role, settings.projector_role])
         create_read_schema(conn, settings.read_schema, reader=settings.runtime_role,
-                           writer=settings.projector_role, dimensions=settings.embedding_dimensions)
+                           writer=settings.projector_role, dimensions=settings.embedding_dimensions,
+                           hnsw=vector_index_enabled(settings))
         check_cjk_support(conn)
         ensure_relay_table(conn, settings, readers=[settings.projector_role])
 

@@ -35,6 +35,8 @@ class Settings(BaseSettings):
     projector_password: SecretStr | None = None
     #: Events per projector transaction.
     projector_batch: int = 500
+    #: Run the embedding projection inside the projector process.
+    projector_embeddings: bool = True
     #: The PostgreSQL schema that holds the event store.
     event_schema: str = "palimpsest"
     pool_size: int = 5
@@ -59,6 +61,9 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr | None = None
     openai_embedding_model: str = "text-embedding-3-small"
     embedding_dimensions: int = 512
+    #: ``hnsw``, ``none``, or ``auto``: an HNSW index on an external PostgreSQL; on the embedded
+    #: server only where the CPU has AVX-512, which its pgvector build needs for any distance.
+    vector_index: Literal["auto", "hnsw", "none"] = "auto"
 
     max_content_chars: int = 8_000
     max_tags: int = 64

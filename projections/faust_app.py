@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,8 +38,13 @@ class Outcome:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+def stop_this_process() -> None:
+    os.kill(os.getpid(), signal.SIGTERM)  # the worker shuts down without acking further
+
+
 def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projector: Projector,
-                     outcome: Outcome) -> faust.App:
+                     outcome: Outcome, on_poison: Callable[[], None] = stop_this_process,
+                     ) -> faust.App:
     worker = faust.App(
         "palimpsest-projector",
         broker=f"kafka://{bootstrap}",
@@ -58,19 +64,18 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
                          key_serializer="raw", value_serializer="raw")
 
     def decode(value: bytes) -> Delivered:
-        message = decode_message(value)
+        message = None
         try:
+            message = decode_message(value)
             event = app.mapper.to_domain_event(message.to_stored_event())
         except Exception as error:
-            tenant = "*"
-            projector.record_failure(tenant, message.notification_id, message.originator_id,
-                                     message.originator_version, message.topic, error)
-            raise ProjectionError(
-                f"notification {message.notification_id} ({message.topic}) cannot be decoded: "
-                f"{error}") from error
+            where = (message.notification_id, message.originator_id, message.originator_version,
+                     message.topic) if message else (-1, None, None, None)
+            projector.record_failure(Projector.LOG, *where, error)
+            raise ProjectionError(f"notification {where[0]} cannot be decoded: {error}") from error
         return Delivered(message.notification_id, event)
 
-    @worker.agent(topic)
+    @worker.agent(topic, name="project")
     async def project(stream: Any) -> None:
         async for values in stream.take(settings.projector_batch, within=0.05):
             try:
@@ -79,7 +84,7 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
             except ProjectionError as error:
                 outcome.poisoned = error
                 log.critical("projector stopped: %s", error)
-                os.kill(os.getpid(), signal.SIGTERM)  # stop here: never ack past this event
+                on_poison()  # stop here: never ack past this event
                 return
 
     return worker

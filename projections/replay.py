@@ -21,7 +21,7 @@ from typing import Any
 
 from psycopg import sql
 
-from infra.postgres import Database, admin_database, projector_database
+from infra.postgres import Database, admin_database, projector_database, vector_index_enabled
 from infra.settings import Settings
 from projections.cards import NAME, project
 from projections.projector import Delivered, ProjectionError, Projector
@@ -183,7 +183,8 @@ def rebuild(settings: Settings, app: Palimpsest, *, known_at: datetime | None = 
     with admin.connect(autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(target)))
         create_read_schema(conn, target, reader=settings.runtime_role,
-                           writer=settings.projector_role, dimensions=settings.embedding_dimensions)
+                           writer=settings.projector_role, dimensions=settings.embedding_dimensions,
+                           hnsw=vector_index_enabled(settings))
     sink, tracking, positions, count = fold(app, head, known_at, progress)
     rows = write_rows(admin, target, sink, tracking, positions, head)
     report = RebuildReport(target, count, head, time.perf_counter() - started, rows)

@@ -123,8 +123,6 @@ CREATE TABLE IF NOT EXISTS {s}.card_embeddings (
     PRIMARY KEY (tenant_id, card_id),
     FOREIGN KEY (tenant_id, card_id) REFERENCES {s}.nodes (tenant_id, node_id)
 );
-CREATE INDEX IF NOT EXISTS card_embeddings_hnsw ON {s}.card_embeddings
-    USING hnsw (embedding vector_cosine_ops);
 
 CREATE TABLE IF NOT EXISTS {s}.card_relations (
     tenant_id text NOT NULL,
@@ -217,13 +215,18 @@ CREATE POLICY projector_reads ON {s}.{t} FOR SELECT TO {writer} USING (true);
 
 
 def create_read_schema(
-    conn: psycopg.Connection[Any], schema: str, reader: str, writer: str, dimensions: int = 512
+    conn: psycopg.Connection[Any], schema: str, reader: str, writer: str, dimensions: int = 512,
+    hnsw: bool = True,
 ) -> None:
     """Create the read-model tables in ``schema`` (idempotent). ``reader`` (the runtime role)
     selects within its tenant; ``writer`` (the projector) reads every tenant — it projects them
     all — but inserts and updates only rows of the tenant its transaction set."""
     names = {"s": sql.Identifier(schema)}
     conn.execute(sql.SQL(_DDL).format(dims=sql.Literal(dimensions), **names))
+    if hnsw:
+        conn.execute(sql.SQL(
+            "CREATE INDEX IF NOT EXISTS card_embeddings_hnsw ON {s}.card_embeddings "
+            "USING hnsw (embedding vector_cosine_ops)").format(**names))
     for table in TABLES:
         conn.execute(sql.SQL(_POLICY).format(
             t=sql.Identifier(table), writer=sql.Identifier(writer), **names))

@@ -8,7 +8,6 @@ import logging
 import threading
 from typing import Any
 
-from domain.errors import PalimpsestError
 from infra.postgres import admin_database, bootstrap, projector_database
 from infra.settings import Settings
 from projections.embeddings import EmbeddingProjection
@@ -18,10 +17,6 @@ from projections.replay import catch_up, make_projector
 from services.factory import create_app
 
 log = logging.getLogger(__name__)
-
-
-class KafkaNotConfiguredError(PalimpsestError):
-    pass
 
 
 def embedding_loop(projection: EmbeddingProjection, stop: threading.Event,
@@ -47,14 +42,21 @@ def start_embeddings(settings: Settings, stop: threading.Event) -> threading.Thr
     return thread
 
 
-def run_projector(settings: Settings, bootstrap_servers: str | None = None,
-                  embeddings: bool = True) -> int:
+def run_projector(settings: Settings, bootstrap_servers: str | None = None) -> int:
     """Run until stopped; the exit code is 0, or ``POISON_EXIT`` after an unappliable event."""
-    servers = bootstrap_servers or settings.kafka_bootstrap
-    if not servers:
-        raise KafkaNotConfiguredError(
-            "set PALIMPSEST_KAFKA_BOOTSTRAP to the broker the relay publishes to, or run "
-            "`palimpsest pipeline`, which starts an embedded broker, the relay and the projector")
+    from infra.broker import kafka_bootstrap
+
+    broker = None
+    if bootstrap_servers is None:  # the configured Kafka, or the data folder's embedded broker
+        bootstrap_servers, broker = kafka_bootstrap(settings, settings.data_dir)
+    try:
+        return _run_projector(settings, bootstrap_servers)
+    finally:
+        if broker is not None:
+            broker.stop()
+
+
+def _run_projector(settings: Settings, servers: str) -> int:
     admin = admin_database(settings)
     if settings.auto_bootstrap:
         bootstrap(admin, settings)
@@ -67,7 +69,7 @@ def run_projector(settings: Settings, bootstrap_servers: str | None = None,
     except ProjectionError as error:
         log.critical("projector stopped: %s", error)
         return POISON_EXIT
-    if embeddings:
+    if settings.projector_embeddings:
         start_embeddings(settings, stop)
     outcome = Outcome()
     worker_app = create_faust_app(settings, servers, app, projector, outcome)
@@ -86,3 +88,32 @@ def _run_worker(worker_app: Any) -> None:
     worker = faust.Worker(worker_app, loglevel="WARNING", quiet=True, redirect_stdouts=False)
     with contextlib.suppress(SystemExit):  # the worker exits the process when it stops
         worker.execute_from_commandline()
+
+
+def run_pipeline(settings: Settings) -> int:
+    """Broker (embedded unless configured), relay and projector in one process: the embedded
+    profile's whole write-to-read-model path."""
+    from infra.broker import ensure_topic, kafka_bootstrap
+    from infra.relay import Relay
+
+    admin = admin_database(settings)
+    if settings.auto_bootstrap:
+        bootstrap(admin, settings)
+    servers, broker = kafka_bootstrap(settings, settings.data_dir)
+    ensure_topic(servers, settings.kafka_topic, settings.kafka_partitions)
+    settings = settings.model_copy(update={"auto_bootstrap": False})
+    app = create_app(settings)
+    stop = threading.Event()
+    relay = Relay.from_settings(app.recorder, settings, servers)
+    thread = threading.Thread(target=relay.run, args=(stop,), name="relay", daemon=True)
+    thread.start()
+    log.warning("pipeline: broker %s, relay and projector running; Ctrl-C stops", servers)
+    try:
+        return run_projector(settings, bootstrap_servers=servers)
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+        relay.close()
+        app.close()
+        if broker is not None:
+            broker.stop()

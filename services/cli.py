@@ -69,6 +69,15 @@ def project() -> None:
 
 
 @cli.command()
+def pipeline() -> None:
+    """Broker (embedded unless PALIMPSEST_KAFKA_BOOTSTRAP is set), relay and projector in one
+    process: every write reaches the read models (runs until stopped)."""
+    from projections.worker import run_pipeline
+
+    raise SystemExit(run_pipeline(Settings()))
+
+
+@cli.command()
 def rebuild(
     known_at: str = typer.Option(None, help="Build the read models as known at this ISO time, "
                                  "into a schema of their own (nothing is swapped)."),

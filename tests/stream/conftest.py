@@ -1,0 +1,1 @@
+from tests.integration.conftest import admin_db, pg_settings, runtime_db  # noqa: F401

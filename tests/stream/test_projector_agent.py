@@ -1,0 +1,70 @@
+"""The Faust agent through ``agent.test_context()``: Kafka replaced by Faust's in-memory channel,
+the projector and PostgreSQL real."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from infra.relay import encode_message
+from projections.faust_app import Outcome, create_faust_app
+from projections.replay import make_projector
+from services.factory import create_app
+from services.readmodels import ReadModels
+from tests.support import Clock, new_tenant, state
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def parts(pg_settings, admin_db, runtime_db):  # type: ignore[no-untyped-def]
+    app = create_app(pg_settings, clock=Clock())
+    projector = make_projector(pg_settings, app, admin=admin_db)
+    reads = ReadModels(runtime_db, pg_settings.read_schema)
+    yield app, projector, reads
+    reads.close()
+    projector.close()
+    app.close()
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.new_event_loop().run_until_complete(coroutine)
+
+
+def test_agent_projects_relayed_messages(parts, pg_settings) -> None:
+    app, projector, reads = parts
+    tenant = new_tenant()
+    written = [app.remember(tenant, state("skills", skill)) for skill in ("Python", "SQL")]
+    notifications = app.recorder.select_notifications(start=written[0].position - 2, limit=10)
+    values = [encode_message(n)[1] for n in notifications if n.id <= written[-1].position]
+    outcome = Outcome()
+    worker = create_faust_app(pg_settings, "127.0.0.1:9", app, projector, outcome,
+                              on_poison=lambda: None)
+
+    async def drive() -> None:
+        async with worker.agents["project"].test_context() as agent:
+            for value in values:
+                await agent.put(value)
+
+    run(drive())
+    assert reads.wait_for(tenant, written[-1].position, timeout=5).fresh
+    assert sorted(c.content for c in reads.current(tenant)) == ["Python", "SQL"]
+    assert outcome.poisoned is None
+
+
+def test_agent_stops_on_an_undecodable_message(parts, pg_settings) -> None:
+    app, projector, _ = parts
+    stopped: list[bool] = []
+    outcome = Outcome()
+    worker = create_faust_app(pg_settings, "127.0.0.1:9", app, projector, outcome,
+                              on_poison=lambda: stopped.append(True))
+
+    async def drive() -> None:
+        async with worker.agents["project"].test_context() as agent:
+            await agent.put(b'{"notification_id": 1}')
+
+    run(drive())
+    assert stopped == [True]
+    assert outcome.poisoned is not None and "without" in str(outcome.poisoned)
