@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck clean
+.PHONY: demo test bench typecheck clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,6 +18,9 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest
+
+bench: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_pipeline
 
 typecheck: $(STAMP)
 	$(BIN)/mypy domain services infra

@@ -7,6 +7,7 @@ to the event, so replays, backfills and tests see the same time the write saw.
 
 from __future__ import annotations
 
+from copy import copy
 from typing import Any
 from uuid import NAMESPACE_URL, UUID, uuid5
 
@@ -28,6 +29,15 @@ class TenantAggregate(Aggregate):
 
     class Created(Event, Aggregate.Created):
         pass
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> TenantAggregate:
+        """A copy for the repository's cache: one level deep. Aggregates keep only immutable
+        values (frozen dataclasses, tuples, strings, times) in flat dicts, lists and sets, so
+        copying the containers is enough and far cheaper than a full deep copy."""
+        clone = object.__new__(type(self))
+        for name, value in self.__dict__.items():
+            clone.__dict__[name] = copy(value) if isinstance(value, dict | list | set) else value
+        return clone
 
     def trigger_event(self, event_class: Any, **kwargs: Any) -> None:
         kwargs.setdefault("tenant_id", self.tenant_id)

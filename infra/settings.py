@@ -41,6 +41,9 @@ class Settings(BaseSettings):
     event_schema: str = "palimpsest"
     pool_size: int = 5
     lock_timeout_seconds: int = 5
+    #: Aggregates kept in memory between commands (fast-forwarded from the store on every load,
+    #: so another process's writes are always seen); 0 turns the cache off.
+    aggregate_cache_size: int = 10_000
     #: How often a command reloads and decides again after losing a race on an aggregate.
     conflict_retries: int = 3
 
@@ -91,9 +94,12 @@ class Settings(BaseSettings):
         password: str | None = None,
     ) -> dict[str, str]:
         """The ``env`` mapping eventsourcing reads (``PERSISTENCE_MODULE``, ``POSTGRES_*``)."""
+        cache = {"AGGREGATE_CACHE_MAXSIZE": str(self.aggregate_cache_size)} \
+            if self.aggregate_cache_size else {}
         if self.persistence == "memory":
-            return {"PERSISTENCE_MODULE": "eventsourcing.popo"}
+            return {"PERSISTENCE_MODULE": "eventsourcing.popo", **cache}
         return {
+            **cache,
             "PERSISTENCE_MODULE": "eventsourcing.postgres",
             "POSTGRES_DBNAME": dbname,
             "POSTGRES_HOST": host,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,8 +80,11 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
     async def project(stream: Any) -> None:
         async for values in stream.take(settings.projector_batch, within=0.05):
             try:
+                started = time.perf_counter()
                 outcome.events += projector.apply_batch([decode(v) for v in values])
                 outcome.batches += 1
+                log.debug("applied %d message(s) in %.1f ms", len(values),
+                          (time.perf_counter() - started) * 1000)
             except ProjectionError as error:
                 outcome.poisoned = error
                 log.critical("projector stopped: %s", error)

@@ -80,6 +80,9 @@ class Projector:
             "ON CONFLICT (projection, notification_id) DO UPDATE SET error = excluded.error, "
             "failed_at = now()").format(s)
         self._conn: psycopg.Connection[Any] | None = None
+        for name, value in list(vars(self).items()):  # render once: composing per call is slow
+            if isinstance(value, sql.Composable):
+                setattr(self, name, value.as_string(None))
 
     @property
     def conn(self) -> psycopg.Connection[Any]:
@@ -95,7 +98,7 @@ class Projector:
         """Apply a batch in one transaction; returns how many events changed the read models."""
         applied = 0
         try:
-            with self.conn.transaction(), self.conn.cursor() as cur:
+            with self.conn.pipeline(), self.conn.transaction(), self.conn.cursor() as cur:
                 ordered = sorted(batch, key=lambda d: d.tenant_id)  # stable: keeps log order
                 for tenant_id, items in groupby(ordered, key=lambda d: d.tenant_id):
                     applied += self._apply_tenant(cur, tenant_id, list(items))

@@ -55,28 +55,29 @@ class PostgresSink:
         self._slot = sql.SQL("INSERT INTO {}.slots ({}) VALUES ({})").format(
             s, sql.SQL(", ").join(map(sql.Identifier, SLOT_COLUMNS)),
             sql.SQL(", ").join(sql.Placeholder() * len(SLOT_COLUMNS)))
-        self._card = sql.SQL("INSERT INTO {}.cards ({}) VALUES ({})").format(
+        ret = sql.SQL(" RETURNING tenant_id, card_id, version, content, title, status, valid, "
+                      "recorded_at, retracted_at, verified_at)")
+        insert_version = sql.SQL(
+            " INSERT INTO {s}.card_versions (tenant_id, card_id, version, content, title, status, "
+            "valid, known, retracted, verified_at) SELECT tenant_id, card_id, version, content, "
+            "title, status, valid, {known}, retracted_at IS NOT NULL, verified_at FROM c")
+        first = sql.Composed([ret, insert_version.format(
+            s=s, known=sql.SQL("tstzrange(recorded_at, NULL)"))])
+        self._card = sql.SQL("WITH c AS (INSERT INTO {}.cards ({}) VALUES ({}){}").format(
             s, sql.SQL(", ").join(map(sql.Identifier, CARD_COLUMNS)),
-            sql.SQL(", ").join(sql.Placeholder() * len(CARD_COLUMNS)))
+            sql.SQL(", ").join(sql.Placeholder() * len(CARD_COLUMNS)), first)
         self._state_card = sql.SQL(
-            "INSERT INTO {s}.cards ({cols}) SELECT {vals}, {slot_cols} FROM {s}.slots "
-            "WHERE tenant_id = %s AND slot_id = %s").format(
+            "WITH c AS (INSERT INTO {s}.cards ({cols}) SELECT {vals}, {slot_cols} FROM {s}.slots "
+            "WHERE tenant_id = %s AND slot_id = %s{first}").format(
             s=s, cols=sql.SQL(", ").join(map(sql.Identifier, (*own, *FROM_SLOT))),
             vals=sql.SQL(", ").join(sql.Placeholder() * len(own)),
-            slot_cols=sql.SQL(", ").join(map(sql.Identifier, FROM_SLOT)))
-        self._first_version = sql.SQL(
-            "INSERT INTO {s}.card_versions (tenant_id, card_id, version, content, title, status, "
-            "valid, known, retracted, verified_at) SELECT tenant_id, card_id, version, content, "
-            "title, status, valid, tstzrange(recorded_at, NULL), retracted_at IS NOT NULL, "
-            "verified_at FROM {s}.cards WHERE tenant_id = %s AND card_id = %s").format(s=s)
-        self._close_version = sql.SQL(
-            "UPDATE {s}.card_versions SET known = tstzrange(lower(known), greatest(lower(known), %s)) "
-            "WHERE tenant_id = %s AND card_id = %s AND upper_inf(known)").format(s=s)
-        self._next_version = sql.SQL(
-            "INSERT INTO {s}.card_versions (tenant_id, card_id, version, content, title, status, "
-            "valid, known, retracted, verified_at) SELECT tenant_id, card_id, version, content, "
-            "title, status, valid, tstzrange(%s, NULL), retracted_at IS NOT NULL, verified_at "
-            "FROM {s}.cards WHERE tenant_id = %s AND card_id = %s").format(s=s)
+            slot_cols=sql.SQL(", ").join(map(sql.Identifier, FROM_SLOT)), first=first)
+        #: After the UPDATE of ``cards``: close the open version, open the next one.
+        self._then_version = sql.Composed([ret, sql.SQL(
+            ", closed AS (UPDATE {s}.card_versions SET known = tstzrange(lower(known), "
+            "greatest(lower(known), %s)) WHERE tenant_id = %s AND card_id = %s "
+            "AND upper_inf(known))").format(s=s),
+            insert_version.format(s=s, known=sql.SQL("tstzrange(%s, NULL)"))])
         self._edge = sql.SQL(
             "INSERT INTO {}.card_relations (tenant_id, src_id, dst_id, edge, recorded_at) "
             "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING").format(s)
@@ -86,6 +87,10 @@ class PostgresSink:
         self._decide = sql.SQL(
             "UPDATE {}.arbitration_queue SET decision = %s, decided_by = %s, decided_at = %s "
             "WHERE tenant_id = %s AND case_id = %s").format(s)
+        self._changes: dict[tuple[str, ...], str] = {}
+        for name, value in list(vars(self).items()):  # render once: composing per call is slow
+            if isinstance(value, sql.Composable):
+                setattr(self, name, value.as_string(None))
         self._schema = s
 
     def apply_all(self, cur: psycopg.Cursor[Any], ops: Iterable[Any]) -> None:
@@ -111,29 +116,38 @@ class PostgresSink:
         else:
             values = [op.row.get(c) for c in self._own]
             cur.execute(self._state_card, [*values, op.row["tenant_id"], op.slot_id])
-        cur.execute(self._first_version, (op.row["tenant_id"], op.row["card_id"]))
 
     @apply.register
     def _(self, op: ChangeCard, cur: psycopg.Cursor[Any]) -> None:
-        assignments = [sql.SQL("version = version + 1"), sql.SQL("updated_at = %s")]
         params: list[Any] = [op.at]
         for column, value in op.changes.items():
             if column == "added_tags":
-                for target in ("tags", "terms"):
+                params.extend([list(value), list(value)])
+            elif column in CHANGEABLE:
+                params.append(value)
+            else:
+                raise ValueError(f"column {column!r} cannot change")
+        key = (op.tenant_id, op.card_id)
+        cur.execute(self._change_statement(tuple(op.changes)),
+                    [*params, *key, op.at, *key, op.at])
+
+    def _change_statement(self, columns: tuple[str, ...]) -> str:
+        statement = self._changes.get(columns)
+        if statement is None:
+            assignments = [sql.SQL("version = version + 1"), sql.SQL("updated_at = %s")]
+            for column in columns:
+                targets = ("tags", "terms") if column == "added_tags" else (column,)
+                for target in targets:
                     assignments.append(sql.SQL(
                         "{c} = {c} || ARRAY(SELECT x FROM unnest(%s::text[]) WITH ORDINALITY "
-                        "AS a(x, n) WHERE x <> ALL({c}) ORDER BY n)").format(c=sql.Identifier(target)))
-                    params.append(list(value))
-                continue
-            if column not in CHANGEABLE:
-                raise ValueError(f"column {column!r} cannot change")
-            assignments.append(sql.SQL("{} = %s").format(sql.Identifier(column)))
-            params.append(value)
-        statement = sql.SQL("UPDATE {}.cards SET {} WHERE tenant_id = %s AND card_id = %s").format(
-            self._schema, sql.SQL(", ").join(assignments))
-        cur.execute(statement, [*params, op.tenant_id, op.card_id])
-        cur.execute(self._close_version, (op.at, op.tenant_id, op.card_id))
-        cur.execute(self._next_version, (op.at, op.tenant_id, op.card_id))
+                        "AS a(x, n) WHERE x <> ALL({c}) ORDER BY n)" if column == "added_tags"
+                        else "{c} = %s").format(c=sql.Identifier(target)))
+            statement = sql.SQL(
+                "WITH c AS (UPDATE {}.cards SET {} WHERE tenant_id = %s AND card_id = %s{}"
+            ).format(self._schema, sql.SQL(", ").join(assignments),
+                     sql.SQL(self._then_version)).as_string(None)
+            self._changes[columns] = statement
+        return statement
 
     @apply.register
     def _(self, op: PutEdge, cur: psycopg.Cursor[Any]) -> None:

@@ -42,7 +42,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from domain.rules.tags import SYNONYMS, normalise_tag
+from domain.rules.tags import SYNONYMS, normalise_tag, to_simplified
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ STOP_WORDS: frozenset[str] = frozenset(_STOP_WORDS.split())
 
 #: Segmentation uses the dictionary only (deterministic, no invented words from the HMM).
 _HMM = False
-_FORMAT = "1"  # bump when the folded dictionary's format or folding changes
+_FORMAT = "2"  # bump when the folded dictionary's format or folding changes
 
 _lock = threading.Lock()
 _tokenizer: Any = None  # jieba.Tokenizer, loaded by _jieba()
@@ -84,11 +84,8 @@ _tokenizer: Any = None  # jieba.Tokenizer, loaded by _jieba()
 # folding
 
 
-@lru_cache(maxsize=1)
 def _t2s():  # type: ignore[no-untyped-def]
-    from opencc import OpenCC  # the tables load from disk once; convert() is read-only afterwards
-
-    return OpenCC("t2s").convert
+    return to_simplified  # character by character, OpenCC's table (domain.rules.tags)
 
 
 def fold(text: str) -> str:

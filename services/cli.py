@@ -31,7 +31,7 @@ def init_db() -> None:
 @cli.command()
 def demo() -> None:
     """Write two months of scripted history through the real commands and print every slot."""
-    from services.demo import SimulatedClock, print_report, run_demo
+    from services.demo import SimulatedClock, print_read_models, print_report, run_demo
     from services.factory import create_app
 
     settings = Settings()
@@ -45,6 +45,9 @@ def demo() -> None:
     try:
         script = run_demo(app, clock, typer.echo)
         print_report(script, typer.echo)
+        if settings.persistence == "postgres":
+            typer.echo("")
+            print_read_models(script, settings, typer.echo)
     finally:
         app.close()
     typer.echo(f"done in {time.perf_counter() - started:.1f} s")

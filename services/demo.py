@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from typing import Any
 from uuid import UUID, uuid4
 
 from services.commands import CorrectEvent, Move, Remember, Verify, WriteResult
@@ -191,3 +192,46 @@ def describe(app: Palimpsest, tenant_id: str, card_id: UUID) -> str:
         return f"{commitment.description!r} owner {commitment.owner}, due {due}: {commitment.status.value}"
     blocker = app.load(tenant_id, card_id, Blocker, "blocker")
     return f"{blocker.description!r}: {'active' if blocker.active else 'archived'}"
+
+
+def print_read_models(script: Script, settings: Any, say: Callable[[str], None]) -> None:
+    """Project the log into the read models and ask them bi-temporal questions."""
+    from infra.postgres import admin_database, runtime_database
+    from projections.replay import catch_up, make_projector
+    from services.readmodels import ReadModels
+
+    admin = admin_database(settings)
+    projector = make_projector(settings, script.app, admin=admin)
+    try:
+        applied = catch_up(projector, script.app)
+    finally:
+        projector.close()
+    say(f"Read models: projected {applied} event(s) from the log "
+        "(`palimpsest pipeline` does the same through Kafka and Faust).")
+    reads = ReadModels(runtime_database(admin, settings), settings.read_schema)
+    tenant = script.tenant_id
+    try:
+        now = script.clock.now
+        day20 = START + timedelta(days=20)
+
+        def address(valid_at: datetime, known_at: datetime) -> str:
+            found = [c.content for c in reads.as_of(tenant, valid_at, known_at, subject="user")
+                     if c.label == "address"]
+            return ", ".join(found) or "(nothing)"
+
+        say(f"  address now:                                  {address(now, now)}")
+        say(f"  address on {day20:%Y-%m-%d}, as we know it now:       {address(day20, now)}")
+        say(f"  address on {day20:%Y-%m-%d}, as we knew it that day:  {address(day20, day20)}")
+        slip = START + timedelta(days=18, hours=1, seconds=30)
+
+        def job(known_at: datetime) -> str:
+            found = [c.content for c in reads.as_of(tenant, slip, known_at, subject="user")
+                     if c.label == "job_title"]
+            return ", ".join(found) or "(nothing)"
+
+        say(f"  job title at {slip:%Y-%m-%d %H:%M:%S}, as believed then: {job(slip)}")
+        say(f"  job title at {slip:%Y-%m-%d %H:%M:%S}, as known now:     {job(now)}")
+        current = [c.content for c in reads.current(tenant, subject="user") if c.label == "skills"]
+        say(f"  skills now:                                   {', '.join(current)}")
+    finally:
+        reads.close()

@@ -1,0 +1,262 @@
+"""Pipeline throughput and lag, on this machine, against the embedded PostgreSQL and broker.
+
+    .venv/bin/python -m tests.benchmarks.bench_pipeline [--events 10000] [--lag-seconds 20]
+
+Writes a corpus through the real commands into a throwaway data folder (its server runs with
+``synchronous_commit = off`` so the corpus is quick to make; that affects the write side only),
+then reports, all in one run so the figures share the machine's load:
+
+- replay: the log folded straight into a fresh schema (``rebuild``), events/s;
+- incremental catch-up from the log (the projector's PostgreSQL sink, no Kafka): the baseline;
+- relay: the log published to Kafka, events/s;
+- Faust: a projector process consuming that topic into a fresh schema, events/s from its first
+  to its last applied event (group join excluded);
+- lag: writes at a steady rate through relay → Kafka → Faust, commit-to-visible p50 / p95 / max.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from psycopg import sql
+
+from infra.broker import EmbeddedBroker, ensure_topic
+from infra.postgres import admin_database
+from infra.relay import Relay
+from infra.settings import Settings
+from projections.replay import catch_up, make_projector, rebuild
+from projections.schema import create_read_schema
+from services.commands import Remember
+from services.factory import create_app
+from services.memory import Palimpsest
+
+CITIES = ["Taipei", "Kyoto", "Kaohsiung", "台北", "高雄", "京都", "Osaka", "臺南"]
+SKILLS = ["Python", "PostgreSQL", "Kafka", "資料庫設計", "後端開發", "Rust", "牛肉湯料理", "JWT auth"]
+
+
+def corpus(app: Palimpsest, events: int, tenants: int) -> None:
+    rng = random.Random(7)
+    written, started = 0, time.perf_counter()
+    while (app.recorder.max_notification_id() or 0) < events:
+        tenant = f"bench-{rng.randrange(tenants)}"
+        kind = rng.random()
+        if kind < 0.35:
+            command = Remember(kind="state", memory_type="fact", subject="user", label="address",
+                               content=rng.choice(CITIES))
+        elif kind < 0.7:
+            command = Remember(kind="state", memory_type="fact", subject="user", label="skills",
+                               content=f"{rng.choice(SKILLS)} {rng.randrange(1000)}")
+        elif kind < 0.9:
+            command = Remember(kind="event", memory_type="event",
+                               content=f"和 {rng.choice(CITIES)} 團隊開會討論 {rng.choice(SKILLS)}",
+                               tags=(rng.choice(SKILLS),))
+        else:
+            command = Remember(kind="knowledge", memory_type="note", title=rng.choice(SKILLS),
+                               content=f"Notes on {rng.choice(SKILLS)} for {rng.choice(CITIES)}",
+                               tags=("JWT", "後端"))
+        app.remember(tenant, command)
+        written += 1
+        if written % 2000 == 0:
+            print(f"  corpus: {app.recorder.max_notification_id()} events "
+                  f"({written / (time.perf_counter() - started):.0f} commands/s)", flush=True)
+
+
+def fresh_schema(settings: Settings, name: str, head: int | None = None) -> None:
+    admin = admin_database(settings)
+    with admin.connect(autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+        create_read_schema(conn, name, settings.runtime_role, settings.projector_role, hnsw=False)
+        if head is not None:  # the Faust run must not catch up from the log: mark it done
+            conn.execute(sql.SQL("INSERT INTO {}.projection_position (projection, tenant_id, "
+                                 "position) VALUES ('cards', '*', %s)").format(
+                sql.Identifier(name)), (head,))
+
+
+_watchers: dict[str, Any] = {}
+
+
+def positions(settings: Settings, schema: str) -> dict[str, int]:
+    """Projected positions per tenant, over one long-lived connection (a new connection per
+    poll would cost the server more than the projector's work)."""
+    conn = _watchers.get(schema)
+    if conn is None:
+        conn = _watchers[schema] = admin_database(settings).connect(autocommit=True)
+    rows = conn.execute(sql.SQL("SELECT tenant_id, position FROM {}.projection_position "
+                                "WHERE tenant_id <> '*'").format(sql.Identifier(schema))
+                        ).fetchall()
+    return dict(rows)
+
+
+def last_per_tenant(app: Palimpsest) -> dict[str, int]:
+    with admin_database(app.bench_settings).connect() as conn:  # type: ignore[attr-defined]
+        rows = conn.execute(
+            "SELECT convert_from(state, 'UTF8')::json->>'tenant_id', max(notification_id) "
+            "FROM palimpsest.palimpsest_events GROUP BY 1").fetchall()
+    return dict(rows)
+
+
+def projector_process(settings: Settings, schema: str, topic: str, log: Path) -> Any:
+    env = {**os.environ, "PALIMPSEST_DATA_DIR": str(settings.data_dir),
+           "PALIMPSEST_KAFKA_BOOTSTRAP": settings.kafka_bootstrap or "",
+           "PALIMPSEST_KAFKA_TOPIC": topic, "PALIMPSEST_READ_SCHEMA": schema,
+           "PALIMPSEST_AUTO_BOOTSTRAP": "false", "PALIMPSEST_PROJECTOR_EMBEDDINGS": "false"}
+    return subprocess.Popen([sys.executable, "-m", "services.cli", "project"], env=env,
+                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
+
+
+def faust_throughput(settings: Settings, app: Palimpsest, head: int, folder: Path) -> float:
+    topic = "bench-throughput"
+    ensure_topic(settings.kafka_bootstrap or "", topic, settings.kafka_partitions)
+    relay = Relay.from_settings(app.recorder, settings.model_copy(update={"kafka_topic": topic}),
+                                settings.kafka_bootstrap or "", name="bench-throughput")
+    started = time.perf_counter()
+    while relay.position < head:
+        relay.run_once(timeout=0.5)
+    relay_rate = head / (time.perf_counter() - started)
+    relay.close()
+    print(f"relay            {relay_rate:>9,.0f} events/s  ({head} events to Kafka)")
+    fresh_schema(settings, "bench_faust", head=head)
+    wanted = last_per_tenant(app)
+    process = projector_process(settings, "bench_faust", topic, folder / "faust.log")
+    try:
+        first = None
+        deadline = time.monotonic() + 600
+        while True:
+            seen = positions(settings, "bench_faust")
+            if seen and first is None:
+                first = time.perf_counter()
+            if all(seen.get(t, 0) >= p for t, p in wanted.items()):
+                break
+            if time.monotonic() > deadline or process.poll() is not None:
+                raise RuntimeError((folder / "faust.log").read_text()[-2000:])
+            time.sleep(0.05)
+        elapsed = time.perf_counter() - (first or time.perf_counter())
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    return head / elapsed if elapsed else float("nan")
+
+
+def lag(settings: Settings, app: Palimpsest, rate: float, seconds: float, folder: Path
+        ) -> list[float]:
+    topic = "bench-lag"
+    ensure_topic(settings.kafka_bootstrap or "", topic, settings.kafka_partitions)
+    head = app.recorder.max_notification_id() or 0
+    fresh_schema(settings, "bench_lag", head=head)
+    relay = subprocess.Popen(  # its own process, as deployed: no GIL shared with the writer
+        [sys.executable, "-m", "services.cli", "relay"],
+        env={**os.environ, "PALIMPSEST_DATA_DIR": str(settings.data_dir),
+             "PALIMPSEST_KAFKA_BOOTSTRAP": settings.kafka_bootstrap or "",
+             "PALIMPSEST_KAFKA_TOPIC": topic, "PALIMPSEST_AUTO_BOOTSTRAP": "false"},
+        stdout=(folder / "relay.log").open("wb"), stderr=subprocess.STDOUT)
+    process = projector_process(settings, "bench_lag", topic, folder / "lag.log")
+    tenant = "bench-lag"
+    try:
+        warm = app.remember(tenant, Remember(kind="event", memory_type="event", content="warm"))
+        while positions(settings, "bench_lag").get(tenant, 0) < (warm.position or 0):
+            if process.poll() is not None:
+                raise RuntimeError((folder / "lag.log").read_text()[-2000:])
+            time.sleep(0.05)
+        commits: list[tuple[int, float]] = []
+        visible: dict[int, float] = {}
+        done = threading.Event()
+
+        def watch() -> None:
+            query = sql.SQL("SELECT position FROM {}.projection_position WHERE tenant_id = %s"
+                            ).format(sql.Identifier("bench_lag"))
+            deadline = None
+            with admin_database(settings).connect(autocommit=True) as conn:
+                while len(visible) < len(commits) or not done.is_set():
+                    if done.is_set():
+                        deadline = deadline or time.monotonic() + 120
+                        if time.monotonic() > deadline:
+                            return
+                    row = conn.execute(query, (tenant,)).fetchone()
+                    seen, now = (row[0] if row else 0), time.perf_counter()
+                    while len(visible) < len(commits) and commits[len(visible)][0] <= seen:
+                        visible[commits[len(visible)][0]] = now  # positions only grow
+                    time.sleep(0.005)
+
+        watcher = threading.Thread(target=watch, daemon=True)
+        watcher.start()
+        interval, next_at = 1.0 / rate, time.perf_counter()
+        end = next_at + seconds
+        while next_at < end:
+            result = app.remember(tenant, Remember(kind="state", memory_type="fact",
+                                                   subject="user", label="skills",
+                                                   content=f"s{len(commits)}"))
+            commits.append((result.position or 0, time.perf_counter()))
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.perf_counter()))
+        achieved = len(commits) / seconds
+        done.set()
+        watcher.join(timeout=60)
+        print(f"lag run          {achieved:>9,.0f} writes/s achieved for {seconds:.0f} s")
+        return [visible[p] - t for p, t in commits if p in visible]
+    finally:
+        for child in (process, relay):
+            child.terminate()
+            child.wait(timeout=30)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--tenants", type=int, default=40)
+    parser.add_argument("--lag-rate", type=float, default=200.0)
+    parser.add_argument("--lag-seconds", type=float, default=20.0)
+    parser.add_argument("--keep", action="store_true", help="keep the data folder")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="palimpsest-bench-"))
+    broker = EmbeddedBroker(folder)
+    try:
+        bootstrap = broker.start()
+        settings = Settings(data_dir=folder / "data", kafka_bootstrap=bootstrap,
+                            read_schema="bench_live")
+        app = create_app(settings)
+        app.bench_settings = settings  # type: ignore[attr-defined]
+        with admin_database(settings).connect(autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET synchronous_commit = off")
+            conn.execute("SELECT pg_reload_conf()")
+        print(f"corpus: {args.events} events over {args.tenants} tenants …", flush=True)
+        corpus(app, args.events, args.tenants)
+        head = app.recorder.max_notification_id() or 0
+
+        report = rebuild(settings, app, into="bench_replay")
+        print(f"replay           {report.rate:>9,.0f} events/s  ({report.events} events, "
+              f"{report.seconds:.2f} s, fold + COPY + check)")
+        fresh_schema(settings, "bench_catchup")
+        projector = make_projector(settings, app, schema="bench_catchup")
+        started = time.perf_counter()
+        applied = catch_up(projector, app)
+        baseline = applied / (time.perf_counter() - started)
+        projector.close()
+        print(f"catch-up         {baseline:>9,.0f} events/s  (incremental sink, no Kafka: baseline)")
+        faust = faust_throughput(settings, app, head, folder)
+        print(f"Faust projector  {faust:>9,.0f} events/s  ({faust / baseline:.2f}× the baseline)")
+        lags = sorted(lag(settings, app, args.lag_rate, args.lag_seconds, folder))
+        if lags:
+            p95 = lags[int(0.95 * (len(lags) - 1))]
+            print(f"lag              p50 {statistics.median(lags) * 1000:.0f} ms, "
+                  f"p95 {p95 * 1000:.0f} ms, max {lags[-1] * 1000:.0f} ms "
+                  f"over {len(lags)} writes")
+        app.close()
+    finally:
+        broker.stop()
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
