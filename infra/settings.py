@@ -55,6 +55,8 @@ class Settings(BaseSettings):
     kafka_session_timeout_ms: int = 6_000
     kafka_rebalance_timeout_ms: int = 6_000
     kafka_max_poll_interval_ms: int = 10_000
+    #: Longest a consumer's fetch waits for records: bounds the projector's delivery latency.
+    kafka_fetch_max_wait_ms: int = 100
     #: Read models live in this schema; ``palimpsest rebuild`` builds a fresh one and swaps it in.
     read_schema: str = "palimpsest_read"
     #: Embeddings: ``use`` (offline Universal Sentence Encoder, 512-d) or ``openai`` (any

@@ -8,6 +8,7 @@ catches up from the log, so nothing an earlier run left behind is lost.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -43,9 +44,30 @@ def stop_this_process() -> None:
     os.kill(os.getpid(), signal.SIGTERM)  # the worker shuts down without acking further
 
 
+def _limit_fetch_wait(max_wait_ms: int) -> None:
+    """Faust builds its aiokafka consumer with ``fetch_max_wait_ms=1500``, fixed. A broker that
+    holds a fetch for the whole wait even when records arrive (the embedded tansu does) then
+    delivers one fetch per 1.5 s, and a steady stream falls behind. Cap the wait."""
+    import aiokafka
+
+    init = aiokafka.AIOKafkaConsumer.__init__
+    if getattr(init, "palimpsest_cap", None) == max_wait_ms:
+        return
+    original = getattr(init, "__wrapped__", init)
+
+    @functools.wraps(original)
+    def capped(self: Any, *topics: Any, **kwargs: Any) -> None:
+        kwargs["fetch_max_wait_ms"] = min(kwargs.get("fetch_max_wait_ms", 500), max_wait_ms)
+        original(self, *topics, **kwargs)
+
+    capped.palimpsest_cap = max_wait_ms  # type: ignore[attr-defined]
+    aiokafka.AIOKafkaConsumer.__init__ = capped  # type: ignore[method-assign]
+
+
 def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projector: Projector,
                      outcome: Outcome, on_poison: Callable[[], None] = stop_this_process,
                      ) -> faust.App:
+    _limit_fetch_wait(settings.kafka_fetch_max_wait_ms)
     worker = faust.App(
         "palimpsest-projector",
         broker=f"kafka://{bootstrap}",

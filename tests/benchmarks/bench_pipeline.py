@@ -163,11 +163,20 @@ def lag(settings: Settings, app: Palimpsest, rate: float, seconds: float, folder
     process = projector_process(settings, "bench_lag", topic, folder / "lag.log")
     tenant = "bench-lag"
     try:
-        warm = app.remember(tenant, Remember(kind="event", memory_type="event", content="warm"))
-        while positions(settings, "bench_lag").get(tenant, 0) < (warm.position or 0):
-            if process.poll() is not None:
-                raise RuntimeError((folder / "lag.log").read_text()[-2000:])
-            time.sleep(0.05)
+        # Warm up until a write is visible within a second three times running: the backlog is
+        # drained and the consumer group has settled (its first rebalances stall delivery).
+        warm_started, settled = time.perf_counter(), 0
+        while settled < 3:
+            warm = app.remember(tenant, Remember(kind="event", memory_type="event", content="warm"))
+            written = time.perf_counter()
+            while positions(settings, "bench_lag").get(tenant, 0) < (warm.position or 0):
+                if process.poll() is not None or written - warm_started > 300:
+                    raise RuntimeError((folder / "lag.log").read_text()[-2000:])
+                time.sleep(0.01)
+            settled = settled + 1 if time.perf_counter() - written < 1.0 else 0
+            time.sleep(0.2)
+        print(f"lag warm-up      {time.perf_counter() - warm_started:>9.1f} s until steady "
+              "(backlog drained, consumer group settled)")
         commits: list[tuple[int, float]] = []
         visible: dict[int, float] = {}
         done = threading.Event()
