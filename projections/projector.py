@@ -63,11 +63,12 @@ class Projector:
         s = sql.Identifier(schema)
         self._set_tenant = "SELECT set_config('palimpsest.tenant', %s, true)"
         self._tracking = sql.SQL(
-            "SELECT originator_id, version FROM {}.projection_tracking "
-            "WHERE projection = %s AND tenant_id = %s AND originator_id = ANY(%s)").format(s)
+            "SELECT tenant_id, originator_id, version FROM {}.projection_tracking "
+            "WHERE projection = %s AND originator_id = ANY(%s)").format(s)
         self._track = sql.SQL(
             "INSERT INTO {}.projection_tracking (projection, tenant_id, originator_id, version) "
-            "VALUES (%s, %s, %s, %s) ON CONFLICT (projection, tenant_id, originator_id) "
+            "SELECT %s, %s, o, v FROM unnest(%s::uuid[], %s::bigint[]) AS t(o, v) "
+            "ON CONFLICT (projection, tenant_id, originator_id) "
             "DO UPDATE SET version = excluded.version").format(s)
         self._position = sql.SQL(
             "INSERT INTO {}.projection_position (projection, tenant_id, position) "
@@ -99,9 +100,10 @@ class Projector:
         applied = 0
         try:
             with self.conn.pipeline(), self.conn.transaction(), self.conn.cursor() as cur:
+                versions = self._versions(cur, batch)
                 ordered = sorted(batch, key=lambda d: d.tenant_id)  # stable: keeps log order
                 for tenant_id, items in groupby(ordered, key=lambda d: d.tenant_id):
-                    applied += self._apply_tenant(cur, tenant_id, list(items))
+                    applied += self._apply_tenant(cur, tenant_id, list(items), versions)
         except ProjectionError:
             raise
         except Exception as error:
@@ -109,12 +111,21 @@ class Projector:
             raise ProjectionError(f"projection {self.name!r} failed: {error}") from error
         return applied
 
-    def _apply_tenant(self, cur: psycopg.Cursor[Any], tenant_id: str,
-                      items: list[Delivered]) -> int:
+    def _versions(self, cur: psycopg.Cursor[Any], batch: Sequence[Delivered]
+                  ) -> dict[str, dict[UUID, int]]:
+        """Tenant → aggregate → last applied version, for the whole batch in one round trip (the
+        projector role reads every tenant's tracking; it writes only the tenant it set)."""
+        originators = list({d.event.originator_id for d in batch})
+        cur.execute(self._tracking, (self.name, originators))
+        versions: dict[str, dict[UUID, int]] = {}
+        for tenant_id, originator_id, version in cur.fetchall():
+            versions.setdefault(tenant_id, {})[originator_id] = version
+        return versions
+
+    def _apply_tenant(self, cur: psycopg.Cursor[Any], tenant_id: str, items: list[Delivered],
+                      known: dict[str, dict[UUID, int]]) -> int:
         cur.execute(self._set_tenant, (tenant_id,))
-        originators = list({d.event.originator_id for d in items})
-        cur.execute(self._tracking, (self.name, tenant_id, originators))
-        versions: dict[UUID, int] = {row[0]: row[1] for row in cur.fetchall()}
+        versions = known.get(tenant_id, {})
         touched: set[UUID] = set()
         applied = 0
         for item in items:
@@ -128,8 +139,9 @@ class Projector:
                 versions[each.originator_id] = each.originator_version
                 applied += 1
             touched.add(event.originator_id)
-        for originator_id in touched:
-            cur.execute(self._track, (self.name, tenant_id, originator_id, versions[originator_id]))
+        if touched:
+            ids = list(touched)
+            cur.execute(self._track, (self.name, tenant_id, ids, [versions[i] for i in ids]))
         cur.execute(self._position, (self.name, tenant_id, max(d.notification_id for d in items)))
         return applied
 
