@@ -17,13 +17,14 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/mypy domain services infra projections
 	$(BIN)/python -m pytest
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_pipeline
 
 typecheck: $(STAMP)
-	$(BIN)/mypy domain services infra
+	$(BIN)/mypy domain services infra projections
 
 clean:
 	rm -rf $(VENV) .palimpsest .pytest_cache .ruff_cache .mypy_cache

@@ -70,8 +70,8 @@ def project(event: object) -> list[Op]:
     return []
 
 
-@project.register
-def _(event: Slot.Opened) -> list[Op]:  # type: ignore[name-defined]
+@project.register(Slot.Opened)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
     return [
         PutNode(event.tenant_id, event.originator_id, "slot"),
         PutSlot({
@@ -81,8 +81,8 @@ def _(event: Slot.Opened) -> list[Op]:  # type: ignore[name-defined]
     ]
 
 
-@project.register
-def _(event: Slot.Remembered) -> list[Op]:  # type: ignore[name-defined]
+@project.register(Slot.Remembered)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
     return _state_card(event.tenant_id, event.originator_id, event.card)
 
 
@@ -102,21 +102,21 @@ project.register(Slot.Superseded, _fork)  # type: ignore[attr-defined]
 project.register(Slot.Overwritten, _fork)  # type: ignore[attr-defined]
 
 
-@project.register
-def _(event: Slot.ItemRevised) -> list[Op]:  # type: ignore[name-defined]
+@project.register(Slot.ItemRevised)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
     changes = {"content": event.value, **_text_columns(event.value)}
     del changes["tags"]
     return [ChangeCard(event.tenant_id, event.card_id, event.timestamp, changes)]
 
 
-@project.register
-def _(event: Slot.Verified) -> list[Op]:  # type: ignore[name-defined]
+@project.register(Slot.Verified)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
     return [ChangeCard(event.tenant_id, event.card_id, event.timestamp,
                        {"verified_at": event.timestamp})]
 
 
-@project.register
-def _(event: ArbitrationCase.Opened) -> list[Op]:  # type: ignore[name-defined]
+@project.register(ArbitrationCase.Opened)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
     proposal: StateCard = event.proposal
     return [PutCase({
         "tenant_id": event.tenant_id, "case_id": event.originator_id, "slot_id": event.slot_id,
@@ -128,8 +128,8 @@ def _(event: ArbitrationCase.Opened) -> list[Op]:  # type: ignore[name-defined]
     })]
 
 
-@project.register
-def _(event: ArbitrationCase.Decided) -> list[Op]:  # type: ignore[name-defined]
+@project.register(ArbitrationCase.Decided)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
     return [DecideCase(event.tenant_id, event.originator_id, event.decision, event.decided_by,
                        event.timestamp)]
 
@@ -144,8 +144,8 @@ def _card_row(event: Any, kind: CardKind, memory_type: str, content: str, **extr
     }
 
 
-@project.register
-def _(event: EventCard.Recorded) -> list[Op]:  # type: ignore[name-defined]
+@project.register(EventCard.Recorded)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
     row = _card_row(event, CardKind.EVENT, "event", event.description,
                     perspective=event.perspective, occurred_at=event.occurred_at,
                     valid_from=event.occurred_at,
@@ -153,8 +153,8 @@ def _(event: EventCard.Recorded) -> list[Op]:  # type: ignore[name-defined]
     return [PutNode(event.tenant_id, event.originator_id, "card"), PutCard(row)]
 
 
-@project.register
-def _(event: EventCard.Corrected) -> list[Op]:  # type: ignore[name-defined]
+@project.register(EventCard.Corrected)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
     changes = {"content": event.description, **_text_columns(event.description)}
     del changes["tags"]
     return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp, changes)]
@@ -169,8 +169,8 @@ project.register(EventCard.Linked, _link)  # type: ignore[attr-defined]
 project.register(KnowledgeCard.Linked, _link)  # type: ignore[attr-defined]
 
 
-@project.register
-def _(event: KnowledgeCard.Created) -> list[Op]:  # type: ignore[name-defined]
+@project.register(KnowledgeCard.Created)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
     tags = tuple(event.tags)
     row = _card_row(event, CardKind.KNOWLEDGE, event.memory_type, event.body, title=event.title,
                     verified_at=event.timestamp,
@@ -178,14 +178,14 @@ def _(event: KnowledgeCard.Created) -> list[Op]:  # type: ignore[name-defined]
     return [PutNode(event.tenant_id, event.originator_id, "card"), PutCard(row)]
 
 
-@project.register
-def _(event: KnowledgeCard.Renamed) -> list[Op]:  # type: ignore[name-defined]
+@project.register(KnowledgeCard.Renamed)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
     return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp,
                        {"title": event.title})]
 
 
-@project.register
-def _(event: KnowledgeCard.Merged) -> list[Op]:  # type: ignore[name-defined]
+@project.register(KnowledgeCard.Merged)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
     return [
         ChangeCard(event.tenant_id, event.originator_id, event.timestamp,
                    {"status": "merged", "merged_into": event.survivor_id}),
@@ -194,30 +194,30 @@ def _(event: KnowledgeCard.Merged) -> list[Op]:  # type: ignore[name-defined]
     ]
 
 
-@project.register
-def _(event: KnowledgeCard.Absorbed) -> list[Op]:  # type: ignore[name-defined]
+@project.register(KnowledgeCard.Absorbed)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
     if not event.tags:
         return []
     return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp,
                        {"added_tags": list(event.tags)})]
 
 
-@project.register
-def _(event: KnowledgeCard.Verified) -> list[Op]:  # type: ignore[name-defined]
+@project.register(KnowledgeCard.Verified)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
     return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp,
                        {"verified_at": event.timestamp})]
 
 
-@project.register
-def _(event: Commitment.Opened) -> list[Op]:  # type: ignore[name-defined]
+@project.register(Commitment.Opened)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
     row = _card_row(event, CardKind.STATE, "commitment", event.description, status="open",
                     owner=event.owner, due_at=event.due_at,
                     **_text_columns(event.description))
     return [PutNode(event.tenant_id, event.originator_id, "card"), PutCard(row)]
 
 
-@project.register
-def _(event: Blocker.Raised) -> list[Op]:  # type: ignore[name-defined]
+@project.register(Blocker.Raised)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
     row = _card_row(event, CardKind.STATE, "blocker", event.description, status="active",
                     **_text_columns(event.description))
     return [PutNode(event.tenant_id, event.originator_id, "card"), PutCard(row)]

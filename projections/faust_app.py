@@ -92,9 +92,10 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
             message = decode_message(value)
             event = app.mapper.to_domain_event(message.to_stored_event())
         except Exception as error:
-            where = (message.notification_id, message.originator_id, message.originator_version,
-                     message.topic) if message else (-1, None, None, None)
-            projector.record_failure(Projector.LOG, *where, error)
+            where: tuple[Any, ...] = (
+                message.notification_id, message.originator_id, message.originator_version,
+                message.topic) if message else (-1, None, None, None)
+            projector.record_failure(Projector.LOG, where[0], where[1], where[2], where[3], error)
             raise ProjectionError(f"notification {where[0]} cannot be decoded: {error}") from error
         return Delivered(message.notification_id, event)
 

@@ -134,7 +134,8 @@ class PostgresSink:
     def _change_statement(self, columns: tuple[str, ...]) -> str:
         statement = self._changes.get(columns)
         if statement is None:
-            assignments = [sql.SQL("version = version + 1"), sql.SQL("updated_at = %s")]
+            assignments: list[sql.Composable] = [
+                sql.SQL("version = version + 1"), sql.SQL("updated_at = %s")]
             for column in columns:
                 targets = ("tags", "terms") if column == "added_tags" else (column,)
                 for target in targets:
@@ -145,7 +146,7 @@ class PostgresSink:
             statement = sql.SQL(
                 "WITH c AS (UPDATE {}.cards SET {} WHERE tenant_id = %s AND card_id = %s{}"
             ).format(self._schema, sql.SQL(", ").join(assignments),
-                     sql.SQL(self._then_version)).as_string(None)
+                     sql.SQL(str(self._then_version))).as_string(None)
             self._changes[columns] = statement
         return statement
 
@@ -192,7 +193,7 @@ class MemorySink:
 
     @apply.register
     def _(self, op: PutCard) -> None:
-        row = {column: op.row.get(column) for column in CARD_COLUMNS}
+        row: dict[str, Any] = {column: op.row.get(column) for column in CARD_COLUMNS}
         for column in ("tags", "terms", "bigrams"):
             row[column] = list(row[column] or [])
         row["fuzzy_text"] = row["fuzzy_text"] or ""

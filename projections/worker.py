@@ -104,7 +104,7 @@ def run_pipeline(settings: Settings) -> int:
     settings = settings.model_copy(update={"auto_bootstrap": False})
     app = create_app(settings)
     stop = threading.Event()
-    relay = Relay.from_settings(app.recorder, settings, servers)
+    relay = Relay.from_settings(app.recorder, settings, servers)  # type: ignore[arg-type]
     thread = threading.Thread(target=relay.run, args=(stop,), name="relay", daemon=True)
     thread.start()
     log.warning("pipeline: broker %s, relay and projector running; Ctrl-C stops", servers)

@@ -67,6 +67,7 @@ class BaseApplication(Application[UUID]):
         """The aggregate, if it exists, is a ``cls`` and belongs to ``tenant_id``.
 
         Another tenant's id is answered exactly like a missing one."""
+        aggregate: Any
         try:
             aggregate = self.repository.get(aggregate_id)
         except AggregateNotFoundError:

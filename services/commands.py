@@ -10,7 +10,8 @@ from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from domain.values import Provenance, Scope, check_perspective
+from domain.errors import InvalidKindError
+from domain.values import Provenance, Scope, Source, check_perspective
 
 
 class Command(BaseModel):
@@ -30,9 +31,14 @@ class Authored(Command):
     turn_id: str | None = None
 
     def provenance(self) -> Provenance:
-        return Provenance(
-            self.source, self.inference_confidence, self.agent_id, self.session_id, self.turn_id
-        )  # type: ignore[arg-type]
+        try:
+            source = Source(self.source)
+        except ValueError:
+            choices = ", ".join(s.value for s in Source)
+            raise InvalidKindError(f"unknown source {self.source!r}; expected one of {choices}"
+                                   ) from None
+        return Provenance(source, self.inference_confidence, self.agent_id, self.session_id,
+                          self.turn_id)
 
 
 class Scoped(Authored):

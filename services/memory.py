@@ -6,6 +6,7 @@ Each is: load, one domain call, save (through :meth:`BaseApplication._execute`).
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from domain.arbitration import ArbitrationCase
@@ -47,7 +48,7 @@ def _result(outcome: WriteOutcome, slot: Slot) -> WriteResult:
     )
 
 
-def _parse(enum: type, value: str, what: str):  # type: ignore[no-untyped-def]
+def _parse(enum: Any, value: str, what: str) -> Any:
     try:
         return enum(value)
     except ValueError:
@@ -86,7 +87,8 @@ class Palimpsest(BaseApplication):
             valid_to=command.valid_to, recorded_at=now, provenance=command.provenance(),
             item_key=command.item_key or " ".join(content.split()).casefold(),
             perspective=command.parsed_perspective(),
-            declared_cardinality=decision.declared.value if decision.disagreed else None,
+            declared_cardinality=decision.declared.value
+            if decision.disagreed and decision.declared else None,
         )
         outcome = slot.write(card, now=now, policy=self.policy,
                              case_id=self.new_id(tenant_id, command, "case"))

@@ -7,6 +7,7 @@ aggregate and its events straight from the store.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from pydantic import BaseModel
@@ -85,7 +86,7 @@ def slot_view(app: BaseApplication, tenant_id: str, slot_id: UUID) -> SlotView:
 
 def _audit(event: object) -> AuditEntry:
     name = type(event).__name__
-    card = getattr(event, "card", None)
+    card: Any = getattr(event, "card", None)
     details = {
         "Opened": lambda: f"cardinality {getattr(event, 'cardinality', '')}",
         "ItemRevised": lambda: (

@@ -333,6 +333,11 @@ class WriteSideScenarios:
                 Remember(kind="state", memory_type="commitment", content="call mom"),
                 InvalidKindError,
             ),
+            (
+                Remember(kind="state", memory_type="fact", subject="u", label="address",
+                         content="x", source="rumour"),
+                InvalidKindError,
+            ),
         ],
     )
     def test_invalid_commands_store_nothing(self, app, tenant, command, error) -> None:
