@@ -115,11 +115,13 @@ def projector_process(settings: Settings, schema: str, topic: str, log: Path) ->
                             stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
-def faust_throughput(settings: Settings, app: Palimpsest, head: int, folder: Path) -> float:
+def faust_throughput(settings: Settings, app: Palimpsest, head: int, folder: Path,
+                     workers: int = 1) -> float:
     topic = "bench-throughput"
     ensure_topic(settings.kafka_bootstrap or "", topic, settings.kafka_partitions)
-    relay = Relay.from_settings(app.recorder, settings.model_copy(update={"kafka_topic": topic}),
-                                settings.kafka_bootstrap or "", name="bench-throughput")
+    relay = Relay.from_settings(
+        app.recorder, settings.model_copy(update={"kafka_topic": topic}),  # type: ignore[arg-type]
+        settings.kafka_bootstrap or "", name="bench-throughput")
     started = time.perf_counter()
     while relay.position < head:
         relay.run_once(timeout=0.5)
@@ -128,7 +130,8 @@ def faust_throughput(settings: Settings, app: Palimpsest, head: int, folder: Pat
     print(f"relay            {relay_rate:>9,.0f} events/s  ({head} events to Kafka)")
     fresh_schema(settings, "bench_faust", head=head)
     wanted = last_per_tenant(app)
-    process = projector_process(settings, "bench_faust", topic, folder / "faust.log")
+    processes = [projector_process(settings, "bench_faust", topic, folder / f"faust-{i}.log")
+                 for i in range(workers)]
     try:
         first = None
         deadline = time.monotonic() + 600
@@ -138,13 +141,14 @@ def faust_throughput(settings: Settings, app: Palimpsest, head: int, folder: Pat
                 first = time.perf_counter()
             if all(seen.get(t, 0) >= p for t, p in wanted.items()):
                 break
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise RuntimeError((folder / "faust.log").read_text()[-2000:])
+            if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
+                raise RuntimeError((folder / "faust-0.log").read_text()[-2000:])
             time.sleep(0.05)
         elapsed = time.perf_counter() - (first or time.perf_counter())
     finally:
-        process.terminate()
-        process.wait(timeout=30)
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=30)
     return head / elapsed if elapsed else float("nan")
 
 
@@ -225,6 +229,8 @@ def main() -> None:
     parser.add_argument("--tenants", type=int, default=40)
     parser.add_argument("--lag-rate", type=float, default=200.0)
     parser.add_argument("--lag-seconds", type=float, default=20.0)
+    parser.add_argument("--projectors", type=int, default=1,
+                        help="projector processes in the consumer group")
     parser.add_argument("--keep", action="store_true", help="keep the data folder")
     args = parser.parse_args()
     folder = Path(tempfile.mkdtemp(prefix="palimpsest-bench-"))
@@ -252,8 +258,9 @@ def main() -> None:
         baseline = applied / (time.perf_counter() - started)
         projector.close()
         print(f"catch-up         {baseline:>9,.0f} events/s  (incremental sink, no Kafka: baseline)")
-        faust = faust_throughput(settings, app, head, folder)
-        print(f"Faust projector  {faust:>9,.0f} events/s  ({faust / baseline:.2f}× the baseline)")
+        faust = faust_throughput(settings, app, head, folder, args.projectors)
+        print(f"Faust projector  {faust:>9,.0f} events/s  ({faust / baseline:.2f}× the baseline, "
+              f"{args.projectors} process(es) in one consumer group)")
         lags = sorted(lag(settings, app, args.lag_rate, args.lag_seconds, folder))
         if lags:
             p95 = lags[int(0.95 * (len(lags) - 1))]
