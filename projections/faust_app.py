@@ -8,6 +8,7 @@ catches up from the log, so nothing an earlier run left behind is lost.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
@@ -21,7 +22,7 @@ import faust
 
 from infra.relay import decode_message
 from infra.settings import Settings
-from projections.projector import Delivered, ProjectionError, Projector
+from projections.projector import Delivered, ProjectionError, ProjectionUnavailableError, Projector
 from services.memory import Palimpsest
 
 log = logging.getLogger(__name__)
@@ -99,12 +100,23 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
             raise ProjectionError(f"notification {where[0]} cannot be decoded: {error}") from error
         return Delivered(message.notification_id, event)
 
+    async def apply(values: list[bytes]) -> int:
+        """Apply one batch; while the database is away, wait and retry the same batch."""
+        delay = 0.5
+        while True:
+            try:
+                return projector.apply_batch([decode(v) for v in values])
+            except ProjectionUnavailableError as error:
+                log.warning("%s; retrying in %.1f s", error, delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 30.0)
+
     @worker.agent(topic, name="project")
     async def project(stream: Any) -> None:
         async for values in stream.take(settings.projector_batch, within=0.05):
             try:
                 started = time.perf_counter()
-                outcome.events += projector.apply_batch([decode(v) for v in values])
+                outcome.events += await apply(values)
                 outcome.batches += 1
                 log.debug("applied %d message(s) in %.1f ms", len(values),
                           (time.perf_counter() - started) * 1000)

@@ -34,6 +34,16 @@ class ProjectionError(PalimpsestError):
     """The projection cannot apply an event; it stops rather than skip it."""
 
 
+class ProjectionUnavailableError(ProjectionError):
+    """The database went away mid-batch: nothing was applied; the same batch can be retried."""
+
+    retryable = True
+
+
+#: Errors of the connection, not of the event: retried, never recorded as a poison event.
+TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
+
+
 @dataclass(frozen=True)
 class Delivered:
     """A domain event and the notification id the log gave it."""
@@ -106,6 +116,10 @@ class Projector:
                     applied += self._apply_tenant(cur, tenant_id, list(items), versions)
         except ProjectionError:
             raise
+        except TRANSIENT as error:
+            self._conn = None
+            raise ProjectionUnavailableError(
+                f"projection {self.name!r}: the database failed mid-batch: {error}") from error
         except Exception as error:
             self._conn = None
             raise ProjectionError(f"projection {self.name!r} failed: {error}") from error
@@ -179,6 +193,8 @@ class Projector:
     def _apply_one(self, cur: psycopg.Cursor[Any], event: Any, notification_id: int) -> None:
         try:
             self.sink.apply_all(cur, project(event))
+        except TRANSIENT:
+            raise
         except Exception as error:
             self.record_failure(event.tenant_id, notification_id, event.originator_id,
                                 event.originator_version, type(event).__qualname__, error)

@@ -13,7 +13,12 @@ from psycopg import sql
 import projections.projector as projector_module
 from infra.postgres import Database, projector_database
 from infra.settings import Settings
-from projections.projector import Delivered, ProjectionError, Projector
+from projections.projector import (
+    Delivered,
+    ProjectionError,
+    ProjectionUnavailableError,
+    Projector,
+)
 from projections.replay import catch_up, make_projector, read_log, rebuild
 from services.commands import Arbitrate, Remember
 from services.demo import SimulatedClock, run_demo
@@ -120,10 +125,12 @@ class TestExactlyOnce:
             real(cur, ops)
 
         monkeypatch.setattr(projector.sink, "apply_all", crash_on_second)
-        with pytest.raises(ProjectionError):
+        with pytest.raises(ProjectionUnavailableError):
             projector.apply_batch(batch)
         assert dump(admin_db, pg_settings.read_schema, "cards", tenant) == []
         assert dump(admin_db, pg_settings.read_schema, "projection_tracking", tenant) == []
+        assert dump(admin_db, pg_settings.read_schema, "projection_failures", tenant) == [], \
+            "a lost connection is retried, not recorded as a poison event"
         monkeypatch.setattr(projector.sink, "apply_all", real)
         assert projector.apply_batch(batch) == len(batch)
         assert len(dump(admin_db, pg_settings.read_schema, "cards", tenant)) == 2

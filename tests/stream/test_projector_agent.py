@@ -68,3 +68,38 @@ def test_agent_stops_on_an_undecodable_message(parts, pg_settings) -> None:
     run(drive())
     assert stopped == [True]
     assert outcome.poisoned is not None and "without" in str(outcome.poisoned)
+
+
+def test_agent_retries_a_batch_while_the_database_is_away(parts, pg_settings, monkeypatch) -> None:
+    from projections.projector import ProjectionUnavailableError
+
+    app, projector, reads = parts
+    tenant = new_tenant()
+    written = app.remember(tenant, state("address", "Taipei"))
+    notifications = app.recorder.select_notifications(start=written.position - 1, limit=2)
+    values = [encode_message(n)[1] for n in notifications if n.id <= written.position]
+    real, calls = projector.apply_batch, {"n": 0}
+
+    def flaky(batch: Any) -> int:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise ProjectionUnavailableError("connection lost")
+        return real(batch)
+
+    monkeypatch.setattr(projector, "apply_batch", flaky)
+    outcome = Outcome()
+    worker = create_faust_app(pg_settings, "127.0.0.1:9", app, projector, outcome,
+                              on_poison=lambda: None)
+
+    async def drive() -> None:
+        async with worker.agents["project"].test_context() as agent:
+            for value in values:
+                await agent.put(value)
+            for _ in range(100):  # the retry waits 0.5 s before it tries again
+                if outcome.batches:
+                    break
+                await asyncio.sleep(0.05)
+
+    run(drive())
+    assert calls["n"] >= 2 and outcome.batches >= 1 and outcome.poisoned is None
+    assert reads.wait_for(tenant, written.position, timeout=5).fresh
