@@ -25,7 +25,7 @@ from domain.rules.cardinality import decide_cardinality, normalise_label
 from domain.rules.tags import normalise_tags
 from domain.rules.validation import check_aware, check_content
 from domain.slot import Outcome, Slot, WriteOutcome
-from domain.values import CardKind, Edge, MemoryType, check_tenant, parse_kind
+from domain.values import Cardinality, CardKind, Edge, MemoryType, check_tenant, parse_kind
 from services.application import BaseApplication
 from services.commands import (
     Arbitrate,
@@ -78,8 +78,9 @@ class Palimpsest(BaseApplication):
         if not command.subject or not command.label:
             raise InvalidKindError("a state card needs a subject and a label (its slot)")
         content = check_content(command.content, self.policy)
-        slot = self._slot(tenant_id, command, now)
-        decision = decide_cardinality(command.label, command.cardinality)
+        declared = _parse(Cardinality, command.cardinality, "cardinality") \
+            if command.cardinality else None
+        slot = self._slot(tenant_id, command, declared, now)
         card = StateCard(
             card_id=self.new_id(tenant_id, command, "card"), value=content,
             memory_type=command.memory_type,
@@ -87,20 +88,22 @@ class Palimpsest(BaseApplication):
             valid_to=command.valid_to, recorded_at=now, provenance=command.provenance(),
             item_key=command.item_key or " ".join(content.split()).casefold(),
             perspective=command.parsed_perspective(),
-            declared_cardinality=decision.declared.value
-            if decision.disagreed and decision.declared else None,
+            # kept when the slot's cardinality (the table's, or the first declaration's) overrules it
+            declared_cardinality=declared.value
+            if declared is not None and declared is not slot.cardinality else None,
         )
         outcome = slot.write(card, now=now, policy=self.policy,
                              case_id=self.new_id(tenant_id, command, "case"))
         return [slot, *self._cases(slot, outcome, now)], _result(outcome, slot)
 
-    def _slot(self, tenant_id: str, command: Remember, now: datetime) -> Slot:
+    def _slot(self, tenant_id: str, command: Remember, declared: Cardinality | None,
+              now: datetime) -> Slot:
         scope, label = command.parsed_scope(), normalise_label(command.label or "")
         subject = check_content(command.subject or "", self.policy, "subject")
         slot = self.find(tenant_id, Slot.create_id(tenant_id, scope, subject, label), Slot)
         if slot is not None:
             return slot
-        decision = decide_cardinality(label, command.cardinality)
+        decision = decide_cardinality(label, declared)
         return Slot(
             tenant_id=tenant_id, scope=scope, subject=subject, label=label,
             cardinality=decision.cardinality.value,

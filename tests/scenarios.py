@@ -118,6 +118,13 @@ class WriteSideScenarios:
         assert slot.declared_cardinality == "multi_value"
         assert slot.card(first.card_id).declared_cardinality == "multi_value"
 
+    def test_a_later_declaration_cannot_change_a_slot_and_is_recorded(self, app, tenant) -> None:
+        app.remember(tenant, state("favourite_tea", "Oolong", cardinality="single_value"))
+        other = app.remember(tenant, state("favourite_tea", "Sencha", cardinality="multi_value"))
+        slot = self.slot(app, tenant, other.aggregate_id)
+        assert slot.cardinality.value == "single_value" and other.outcome == "superseded"
+        assert slot.card(other.card_id).declared_cardinality == "multi_value"
+
     def test_caller_declares_cardinality_of_unknown_labels(self, app, tenant) -> None:
         app.remember(tenant, state("favourite_teas", "Oolong", cardinality="multi_value"))
         tea = app.remember(tenant, state("favourite_teas", "Sencha", cardinality="multi_value"))
@@ -336,6 +343,11 @@ class WriteSideScenarios:
             (
                 Remember(kind="state", memory_type="fact", subject="u", label="address",
                          content="x", source="rumour"),
+                InvalidKindError,
+            ),
+            (
+                Remember(kind="state", memory_type="fact", subject="u", label="address",
+                         content="x", cardinality="few"),
                 InvalidKindError,
             ),
         ],
