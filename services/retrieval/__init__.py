@@ -1,0 +1,1 @@
+"""The read path: routes, fusion, post-processing (scoring) and per-route breakers."""

@@ -1,0 +1,375 @@
+"""The read path's pure post-processing: fusion, decay, scope boost, alerts, top N, and the route breaker."""
+
+import math
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from services.retrieval.breaker import RouteBreaker, nearest_rank
+from services.retrieval.scoring import (
+    Candidate,
+    Contradiction,
+    DecayPolicy,
+    ScopeBoost,
+    aging_facts,
+    contradictions,
+    decay,
+    decay_anchor,
+    drop_superseded,
+    route_ranks,
+    rrf,
+    scope_boost,
+    stale_knowledge,
+    top_n,
+)
+
+NOW = datetime(2026, 11, 1, 12, tzinfo=UTC)
+A, B, C, D = (UUID(int=n) for n in (1, 2, 3, 4))
+
+
+def ago(days: float) -> datetime:
+    return NOW - timedelta(days=days)
+
+
+def card(n: int, **fields: Any) -> Candidate:
+    base: dict[str, Any] = dict(
+        card_id=UUID(int=n), kind="state", cardinality="single_value", scope="personal", project_id=None,
+        subject="user", label="address", value="Taipei", valid_from=NOW, valid_to=None, occurred_at=None,
+        recorded_at=NOW, verified_at=None, superseded=False,
+    )
+    base.update(fields)
+    return Candidate(**base)
+
+
+class TestCandidate:
+    @pytest.mark.parametrize(
+        "fields",
+        [{"kind": "fact"}, {"scope": "team"}, {"cardinality": None}, {"cardinality": "many"}],
+    )
+    def test_bad_values_are_refused(self, fields: dict[str, object]) -> None:
+        with pytest.raises(ValueError):
+            card(1, **fields)
+
+    def test_event_and_knowledge_need_no_cardinality(self) -> None:
+        assert card(1, kind="event", cardinality=None).cardinality is None
+        assert not card(2, kind="knowledge", cardinality=None).is_single_state
+
+
+class TestRRF:
+    def test_two_routes_by_hand(self) -> None:
+        scores = rrf({"semantic": [A, B, C], "tags": [B, D]})
+        assert scores[A] == pytest.approx(1 / 61)
+        assert scores[B] == pytest.approx(1 / 62 + 1 / 61)  # 0.016129 + 0.016393 = 0.032523
+        assert scores[C] == pytest.approx(1 / 63)
+        assert scores[D] == pytest.approx(1 / 62)
+        assert scores[B] == pytest.approx(0.0325225, abs=1e-7)
+        assert sorted(scores, key=scores.__getitem__, reverse=True) == [B, A, D, C]
+
+    def test_k_is_a_parameter(self) -> None:
+        assert rrf({"semantic": [A]}, k=1) == {A: 0.5}
+
+    def test_a_repeat_within_a_route_counts_once_at_its_best_rank(self) -> None:
+        assert rrf({"fuzzy": [A, B, A]}) == {A: pytest.approx(1 / 61), B: pytest.approx(1 / 62)}
+
+    def test_empty_and_failed_routes_add_nothing(self) -> None:
+        assert rrf({}) == {}
+        assert rrf({"graph": [], "tags": [A]}) == {A: pytest.approx(1 / 61)}
+
+    def test_route_ranks_explain_each_card(self) -> None:
+        ranks = route_ranks({"semantic": [A, B, C], "tags": [B, D]})
+        assert ranks == {
+            A: {"semantic": 1}, B: {"semantic": 2, "tags": 1}, C: {"semantic": 3}, D: {"tags": 2},
+        }
+
+
+class TestDecay:
+    def test_single_value_halves_at_its_half_life(self) -> None:
+        half_life = math.log(2) / 0.02
+        assert half_life == pytest.approx(34.657, abs=1e-3)
+        assert decay(1.0, card(1, valid_from=ago(half_life)), NOW) == pytest.approx(0.5)
+        assert decay(0.8, card(1, valid_from=ago(2 * half_life)), NOW) == pytest.approx(0.2)
+
+    def test_multi_value_decays_slower(self) -> None:
+        multi = card(1, cardinality="multi_value", valid_from=ago(math.log(2) / 0.005))
+        assert decay(1.0, multi, NOW) == pytest.approx(0.5)
+        assert decay(1.0, replace(multi, cardinality="single_value"), NOW) < 0.1
+
+    def test_default_rates_per_kind(self) -> None:
+        policy = DecayPolicy()
+        assert policy.rate(card(1)) == 0.02
+        assert policy.rate(card(1, cardinality="multi_value")) == 0.005
+        assert policy.rate(card(1, kind="event", cardinality=None)) == 0.01
+        assert policy.rate(card(1, kind="knowledge", cardinality=None)) == 0.003
+
+    def test_event_counts_from_occurred_at(self) -> None:
+        event = card(1, kind="event", cardinality=None, valid_from=ago(3), occurred_at=ago(10),
+                     recorded_at=ago(1))
+        assert decay_anchor(event) == ago(10)
+        assert decay(1.0, event, NOW) == pytest.approx(math.exp(-0.1))
+
+    def test_recorded_at_when_no_world_time(self) -> None:
+        knowledge = card(1, kind="knowledge", cardinality=None, valid_from=None, recorded_at=ago(100))
+        assert decay_anchor(knowledge) == ago(100)
+        assert decay(1.0, knowledge, NOW) == pytest.approx(math.exp(-0.3))
+
+    def test_a_later_verification_resets_the_clock(self) -> None:
+        assert decay(1.0, card(1, valid_from=ago(300), verified_at=ago(0)), NOW) == pytest.approx(1.0)
+        assert decay_anchor(card(1, valid_from=ago(300), verified_at=ago(5))) == ago(5)
+
+    def test_an_older_verification_changes_nothing(self) -> None:
+        assert decay_anchor(card(1, valid_from=ago(5), verified_at=ago(300))) == ago(5)
+
+    def test_a_future_anchor_never_boosts(self) -> None:
+        assert decay(0.7, card(1, valid_from=NOW + timedelta(days=3)), NOW) == 0.7
+
+    def test_policy_is_a_parameter(self) -> None:
+        assert decay(1.0, card(1, valid_from=ago(10)), NOW, DecayPolicy(single_value=0.1)) == pytest.approx(
+            math.exp(-1.0)
+        )
+
+
+class TestScopeBoost:
+    def test_defaults_rank_current_project_personal_group_global(self) -> None:
+        here = scope_boost(1.0, card(1, scope="project", project_id="fibon"), "fibon")
+        personal = scope_boost(1.0, card(2, scope="personal"), "fibon")
+        group = scope_boost(1.0, card(3, scope="group", group_id="family"), "fibon")
+        public = scope_boost(1.0, card(4, scope="global"), "fibon")
+        assert (here, personal, group, public) == pytest.approx((1.2, 1.1, 1.0, 0.9))
+
+    def test_another_projects_card_gets_the_global_factor(self) -> None:
+        other = card(1, scope="project", project_id="3ngram")
+        assert scope_boost(2.0, other, "fibon") == pytest.approx(1.8)
+        assert scope_boost(2.0, other, None) == pytest.approx(1.8)
+
+    def test_boosts_are_a_parameter(self) -> None:
+        boosts = ScopeBoost(current_project=2.0, personal=1.0, group=1.0, global_=0.5)
+        assert scope_boost(1.0, card(1, scope="project", project_id="p"), "p", boosts) == 2.0
+        assert scope_boost(1.0, card(1, scope="global"), "p", boosts) == 0.5
+
+
+class TestDropSuperseded:
+    def test_current_queries_drop_superseded_and_keep_order(self) -> None:
+        cards = [card(3), card(1, superseded=True), card(2)]
+        assert [c.card_id for c in drop_superseded(cards, as_of=False)] == [C, B]
+
+    def test_as_of_queries_keep_them(self) -> None:
+        cards = [card(3), card(1, superseded=True)]
+        assert drop_superseded(cards, as_of=True) == cards
+
+
+class TestContradictions:
+    def test_one_slot_two_values(self) -> None:
+        found = contradictions([card(2, value="Kyoto"), card(1, value="Taipei")])
+        assert [c.card_ids for c in found] == [(A, B)]
+        assert "user/address" in found[0].reason
+
+    def test_same_value_modulo_case_and_whitespace_is_no_conflict(self) -> None:
+        assert contradictions([card(1, value="New  York"), card(2, value=" new york\n")]) == []
+
+    def test_a_superseded_card_is_no_conflict(self) -> None:
+        assert contradictions([card(1, value="Kyoto", superseded=True), card(2)]) == []
+
+    @pytest.mark.parametrize(
+        "other",
+        [
+            {"scope": "project", "project_id": "p2"},
+            {"scope": "group", "group_id": "team"},
+            {"subject": "wife"},
+            {"label": "job title"},
+            {"cardinality": "multi_value"},
+            {"kind": "knowledge", "cardinality": None},
+        ],
+    )
+    def test_different_slots_or_kinds_do_not_conflict(self, other: dict[str, object]) -> None:
+        base = {"scope": "project", "project_id": "p1"} if "project_id" in other else {}
+        assert contradictions([card(1, **base), card(2, value="Kyoto", **other)]) == []
+
+    def test_two_groups_keep_their_slots_apart(self) -> None:
+        family = card(1, scope="group", group_id="family")
+        team = card(2, scope="group", group_id="team", value="Kyoto")
+        assert contradictions([family, team]) == []
+        assert len(contradictions([family, replace(team, group_id="family")])) == 1
+
+    def test_three_values_give_every_differing_pair_once_in_order(self) -> None:
+        cards = [card(3, value="Osaka"), card(2, value="taipei"), card(1, value="Taipei")]
+        assert [c.card_ids for c in contradictions(cards)] == [(A, C), (B, C)]
+        assert contradictions(cards) == contradictions(list(reversed(cards)))
+
+    def test_a_contradicts_edge_either_way_gives_one_alert(self) -> None:
+        x = card(1, kind="knowledge", cardinality=None, edges=(("contradicts", B),))
+        y = card(2, kind="knowledge", cardinality=None, edges=(("contradicts", A), ("related_to", C)))
+        assert contradictions([y, x]) == [Contradiction((A, B), "linked by contradicts")]
+
+    def test_edges_to_absent_superseded_or_self_cards_are_ignored(self) -> None:
+        x = card(1, kind="knowledge", cardinality=None, edges=(("contradicts", C), ("contradicts", B),
+                                                               ("contradicts", A)))
+        y = card(2, kind="knowledge", cardinality=None, superseded=True)
+        assert contradictions([x, y]) == []
+        assert contradictions([card(1, edges=(("related_to", B),)), card(2)]) == []
+
+    def test_slot_and_edge_on_one_pair_give_one_alert_with_both_reasons(self) -> None:
+        found = contradictions([card(1, edges=(("contradicts", B),)), card(2, value="Kyoto")])
+        assert len(found) == 1
+        assert "holds different values" in found[0].reason and "linked by contradicts" in found[0].reason
+
+
+class TestAgingFacts:
+    def test_boundary_is_180_days(self) -> None:
+        assert aging_facts([card(1, valid_from=ago(180))], NOW) == [A]
+        assert aging_facts([card(1, valid_from=ago(179))], NOW) == []
+        assert aging_facts([card(1, valid_from=ago(180) + timedelta(seconds=1))], NOW) == []
+
+    def test_verification_resets_the_clock(self) -> None:
+        assert aging_facts([card(1, valid_from=ago(400), verified_at=ago(179))], NOW) == []
+        assert aging_facts([card(1, valid_from=ago(400), verified_at=ago(181))], NOW) == [A]
+
+    def test_only_current_single_value_state_cards(self) -> None:
+        old = ago(365)
+        cards = [
+            card(1, valid_from=old, superseded=True),
+            card(2, valid_from=old, cardinality="multi_value"),
+            card(3, valid_from=old, kind="event", cardinality=None, occurred_at=old),
+            card(4, valid_from=old, kind="knowledge", cardinality=None),
+        ]
+        assert aging_facts(cards, NOW) == []
+
+    def test_recorded_at_stands_in_for_a_missing_valid_from(self) -> None:
+        assert aging_facts([card(1, valid_from=None, recorded_at=ago(200))], NOW) == [A]
+
+    def test_oldest_first_and_days_is_a_parameter(self) -> None:
+        cards = [card(1, valid_from=ago(20)), card(2, valid_from=ago(30)), card(3, valid_from=ago(5))]
+        assert aging_facts(cards, NOW, days=10) == [B, A]
+
+
+class TestStaleKnowledge:
+    def knowledge(self, n: int, **fields: object) -> Candidate:
+        return card(n, kind="knowledge", cardinality=None, valid_from=None, **fields)
+
+    def test_boundary_is_90_days(self) -> None:
+        assert stale_knowledge([self.knowledge(1, recorded_at=ago(90))], NOW) == [A]
+        assert stale_knowledge([self.knowledge(1, recorded_at=ago(89))], NOW) == []
+
+    def test_verification_resets_the_clock(self) -> None:
+        assert stale_knowledge([self.knowledge(1, recorded_at=ago(300), verified_at=ago(10))], NOW) == []
+
+    def test_only_knowledge_cards_oldest_first(self) -> None:
+        cards = [self.knowledge(1, recorded_at=ago(100)), self.knowledge(2, recorded_at=ago(200)),
+                 card(3, recorded_at=ago(500), valid_from=ago(500))]
+        assert stale_knowledge(cards, NOW) == [B, A]
+        assert stale_knowledge(cards, NOW, days=150) == [B]
+
+
+class TestTopN:
+    def test_highest_first_ties_by_card_id(self) -> None:
+        scored = {D: 0.5, C: 0.9, B: 0.5, A: 0.1}
+        assert top_n(scored, 3) == [(C, 0.9), (B, 0.5), (D, 0.5)]
+
+    def test_default_is_five_and_short_inputs_are_fine(self) -> None:
+        scored = {UUID(int=n): float(n) for n in range(1, 9)}
+        assert [card_id.int for card_id, _ in top_n(scored)] == [8, 7, 6, 5, 4]
+        assert top_n({A: 1.0}, 5) == [(A, 1.0)]
+        assert top_n(scored, 0) == []
+
+
+class TestNearestRank:
+    def test_p95_over_ten_is_the_slowest(self) -> None:
+        assert nearest_rank([float(n) for n in range(10, 0, -1)]) == 10.0
+
+    def test_p95_over_twenty_is_the_nineteenth(self) -> None:
+        assert nearest_rank([float(n) for n in range(1, 21)]) == 19.0
+        assert nearest_rank([float(n) for n in range(1, 101)]) == 95.0
+
+    def test_other_quantiles_and_one_sample(self) -> None:
+        assert nearest_rank([5.0, 1.0, 3.0, 2.0, 4.0, 6.0, 7.0, 8.0, 9.0, 10.0], 0.5) == 5.0
+        assert nearest_rank([42.0]) == 42.0
+
+    def test_bad_input_is_refused(self) -> None:
+        with pytest.raises(ValueError):
+            nearest_rank([])
+        with pytest.raises(ValueError):
+            nearest_rank([1.0], 0.0)
+
+
+def trip(breaker: RouteBreaker, at: float = 0.0) -> None:
+    for _ in range(10):
+        breaker.record(400.0, at)
+
+
+class TestRouteBreaker:
+    def test_trips_at_the_tenth_slow_sample_not_before(self) -> None:
+        breaker = RouteBreaker()
+        for i in range(9):
+            breaker.record(400.0, float(i))
+            assert breaker.allow(float(i))
+        breaker.record(400.0, 9.0)
+        assert breaker.quarantined(9.0)
+        assert not breaker.allow(9.0)
+
+    def test_at_the_limit_stays_in(self) -> None:
+        breaker = RouteBreaker()
+        for _ in range(20):
+            breaker.record(150.0, 0.0)
+        assert breaker.allow(0.0) and breaker.p95() == 150.0
+
+    def test_one_slow_sample_in_a_full_window_is_the_p95(self) -> None:
+        breaker = RouteBreaker()
+        for _ in range(9):
+            breaker.record(20.0, 0.0)
+        breaker.record(151.0, 0.0)
+        assert not breaker.allow(0.0)
+
+    def test_one_probe_every_thirty_seconds(self) -> None:
+        breaker = RouteBreaker()
+        trip(breaker, at=100.0)
+        assert not breaker.allow(129.9)
+        assert breaker.allow(130.0)
+        assert not breaker.allow(131.0)
+        assert not breaker.allow(159.0)
+        assert breaker.allow(160.0)
+
+    def test_rejoins_once_good_probes_bring_the_p95_back(self) -> None:
+        breaker = RouteBreaker()
+        trip(breaker)
+        now = 0.0
+        for _ in range(9):
+            now += 30.0
+            assert breaker.allow(now)
+            breaker.record(20.0, now)
+            assert breaker.quarantined(now)  # one slow sample left in the window
+        now += 30.0
+        assert breaker.allow(now)
+        breaker.record(20.0, now)
+        assert not breaker.quarantined(now)
+        assert breaker.allow(now + 1.0) and breaker.allow(now + 1.0)
+        assert breaker.p95() == 20.0
+
+    def test_a_slow_probe_keeps_it_out(self) -> None:
+        breaker = RouteBreaker()
+        trip(breaker)
+        for i in range(1, 11):
+            assert breaker.allow(30.0 * i)
+            breaker.record(20.0 if i < 10 else 300.0, 30.0 * i)
+        assert breaker.quarantined(300.0)
+
+    def test_quarantine_ends_after_ten_minutes_with_a_fresh_window(self) -> None:
+        breaker = RouteBreaker()
+        trip(breaker)
+        assert breaker.quarantined(599.9)
+        assert breaker.allow(600.0) and breaker.allow(600.0)
+        assert breaker.samples == ()
+        for i in range(9):
+            breaker.record(400.0, 601.0 + i)
+        assert breaker.allow(610.0)
+        breaker.record(400.0, 611.0)
+        assert not breaker.allow(611.0)
+
+    def test_numbers_are_parameters(self) -> None:
+        breaker = RouteBreaker(window=3, limit_ms=50.0, quarantine_s=60.0, probe_every_s=5.0)
+        for _ in range(3):
+            breaker.record(60.0, 0.0)
+        assert not breaker.allow(4.0)
+        assert breaker.allow(5.0)
+        assert breaker.allow(60.0) and breaker.samples == ()
