@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 
 import typer
 
@@ -154,6 +155,8 @@ def status(
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    # The embedded server's lock folder falls back to /tmp where XDG_RUNTIME_DIR is unset: harmless.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     try:
         cli()
     except PalimpsestError as error:
