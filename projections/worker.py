@@ -8,6 +8,7 @@ import logging
 import threading
 from typing import Any
 
+from infra.locale_check import check_cjk_support
 from infra.postgres import admin_database, bootstrap, projector_database
 from infra.settings import Settings
 from projections.embeddings import EmbeddingProjection
@@ -60,6 +61,8 @@ def _run_projector(settings: Settings, servers: str) -> int:
     admin = admin_database(settings)
     if settings.auto_bootstrap:
         bootstrap(admin, settings)
+    with projector_database(admin, settings).connect() as conn:
+        check_cjk_support(conn)  # refuse to start where Chinese fuzzy matching would silently fail
     app = create_app(settings.model_copy(update={"auto_bootstrap": False}))
     projector = make_projector(settings, app, admin=admin)
     stop = threading.Event()
