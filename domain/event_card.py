@@ -46,7 +46,7 @@ class EventCard(TenantAggregate):
         check_content(reason, policy, "reason for the correction")
         self._correct(
             description=description, previous_description=self.description, reason=reason,
-            provenance=provenance, timestamp=now,
+            provenance=provenance, tags=self.tags, timestamp=now,
         )
 
     def link(self, edge: Edge, target_id: UUID, now: datetime) -> None:
@@ -59,7 +59,7 @@ class EventCard(TenantAggregate):
     @event("Corrected")
     def _correct(
         self, description: str, previous_description: str, reason: str, provenance: Provenance,
-        timestamp: datetime,
+        tags: tuple[str, ...], timestamp: datetime,
     ) -> None:
         self.corrections.append((previous_description, reason))
         self.description = description

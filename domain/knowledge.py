@@ -43,7 +43,9 @@ class KnowledgeCard(TenantAggregate):
     def rename(self, title: str, now: datetime) -> None:
         self._check_open()
         if title != self.title:
-            self._rename(title=title, previous_title=self.title, timestamp=now)
+            # body and tags travel along so a projection can re-index the card from the event alone
+            self._rename(title=title, previous_title=self.title, body=self.body, tags=self.tags,
+                         timestamp=now)
 
     def merge_into(self, survivor: KnowledgeCard, now: datetime) -> None:
         """This card points to ``survivor`` from now on; the survivor takes its tags."""
@@ -70,7 +72,8 @@ class KnowledgeCard(TenantAggregate):
         self._verify(timestamp=now)
 
     @event("Renamed")
-    def _rename(self, title: str, previous_title: str, timestamp: datetime) -> None:
+    def _rename(self, title: str, previous_title: str, body: str, tags: tuple[str, ...],
+                timestamp: datetime) -> None:
         self.title = title
 
     @event("Merged")

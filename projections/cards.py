@@ -102,11 +102,14 @@ project.register(Slot.Superseded, _fork)  # type: ignore[attr-defined]
 project.register(Slot.Overwritten, _fork)  # type: ignore[attr-defined]
 
 
+def _new_content(text: str, tags: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A card's content changed: the content and what is matched on it."""
+    return {"content": text, **_text_columns(text, tags=tags)}
+
+
 @project.register(Slot.ItemRevised)  # type: ignore[attr-defined]
 def _(event: Any) -> list[Op]:
-    changes = {"content": event.value, **_text_columns(event.value)}
-    del changes["tags"]
-    return [ChangeCard(event.tenant_id, event.card_id, event.timestamp, changes)]
+    return [ChangeCard(event.tenant_id, event.card_id, event.timestamp, _new_content(event.value))]
 
 
 @project.register(Slot.Verified)  # type: ignore[attr-defined]
@@ -155,9 +158,8 @@ def _(event: Any) -> list[Op]:
 
 @project.register(EventCard.Corrected)  # type: ignore[attr-defined]
 def _(event: Any) -> list[Op]:
-    changes = {"content": event.description, **_text_columns(event.description)}
-    del changes["tags"]
-    return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp, changes)]
+    return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp,
+                       _new_content(event.description, tuple(event.tags)))]
 
 
 def _link(event: Any) -> list[Op]:
@@ -180,8 +182,9 @@ def _(event: Any) -> list[Op]:
 
 @project.register(KnowledgeCard.Renamed)  # type: ignore[attr-defined]
 def _(event: Any) -> list[Op]:
+    text = _text_columns(event.body, event.title, tags=tuple(event.tags))
     return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp,
-                       {"title": event.title})]
+                       {"title": event.title, **text})]
 
 
 @project.register(KnowledgeCard.Merged)  # type: ignore[attr-defined]

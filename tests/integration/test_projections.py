@@ -283,3 +283,28 @@ def test_projector_role_cannot_write_without_a_tenant(admin_db, pg_settings) -> 
 
 def test_projector_type_is_exported() -> None:
     assert Projector.LOG == "*"
+
+
+class TestReindexing:
+    def test_a_rename_and_a_correction_reindex_the_card(self, app, projector, admin_db,
+                                                         pg_settings) -> None:
+        from services.commands import CorrectEvent, Rename
+
+        tenant = new_tenant()
+        note = app.remember(tenant, Remember(kind="knowledge", memory_type="note",
+                                             title="Redis caching", content="Cache hot keys",
+                                             tags=("JWT",)))
+        meeting = app.remember(tenant, Remember(kind="event", memory_type="event",
+                                                content="Kickof in 台北", tags=("會議",)))
+        app.rename(tenant, Rename(card_id=note.card_id, title="Valkey caching"))
+        app.correct(tenant, CorrectEvent(card_id=meeting.card_id, description="Kickoff in 高雄",
+                                         reason="wrong city"))
+        catch_up(projector, app)
+        with admin_db.connect() as conn:
+            rows = dict(conn.execute(sql.SQL(
+                "SELECT card_id, terms FROM {}.cards WHERE tenant_id = %s").format(
+                sql.Identifier(pg_settings.read_schema)), (tenant,)).fetchall())
+        assert "valkey" in rows[note.card_id] and "redis" not in rows[note.card_id]
+        assert "json web token" in rows[note.card_id], "tags stay matched after a rename"
+        assert "会议" in rows[meeting.card_id] and "高雄" in rows[meeting.card_id]
+        assert "台北" not in rows[meeting.card_id]

@@ -33,6 +33,21 @@ def run(coroutine: Any) -> Any:
     return asyncio.new_event_loop().run_until_complete(coroutine)
 
 
+def feed(worker: Any, values: list[bytes], until: Any = None) -> None:
+    """Put ``values`` through the agent's test context; stay until ``until()`` (≤ 5 s)."""
+
+    async def drive() -> None:
+        async with worker.agents["project"].test_context() as agent:
+            for value in values:
+                await agent.put(value)
+            for _ in range(100):
+                if until is None or until():
+                    break
+                await asyncio.sleep(0.05)
+
+    run(drive())
+
+
 def test_agent_projects_relayed_messages(parts, pg_settings) -> None:
     app, projector, reads = parts
     tenant = new_tenant()
@@ -43,12 +58,7 @@ def test_agent_projects_relayed_messages(parts, pg_settings) -> None:
     worker = create_faust_app(pg_settings, "127.0.0.1:9", app, projector, outcome,
                               on_poison=lambda: None)
 
-    async def drive() -> None:
-        async with worker.agents["project"].test_context() as agent:
-            for value in values:
-                await agent.put(value)
-
-    run(drive())
+    feed(worker, values)
     assert reads.wait_for(tenant, written[-1].position, timeout=5).fresh
     assert sorted(c.content for c in reads.current(tenant)) == ["Python", "SQL"]
     assert outcome.poisoned is None
@@ -61,11 +71,7 @@ def test_agent_stops_on_an_undecodable_message(parts, pg_settings) -> None:
     worker = create_faust_app(pg_settings, "127.0.0.1:9", app, projector, outcome,
                               on_poison=lambda: stopped.append(True))
 
-    async def drive() -> None:
-        async with worker.agents["project"].test_context() as agent:
-            await agent.put(b'{"notification_id": 1}')
-
-    run(drive())
+    feed(worker, [b'{"notification_id": 1}'])
     assert stopped == [True]
     assert outcome.poisoned is not None and "without" in str(outcome.poisoned)
 
@@ -91,15 +97,6 @@ def test_agent_retries_a_batch_while_the_database_is_away(parts, pg_settings, mo
     worker = create_faust_app(pg_settings, "127.0.0.1:9", app, projector, outcome,
                               on_poison=lambda: None)
 
-    async def drive() -> None:
-        async with worker.agents["project"].test_context() as agent:
-            for value in values:
-                await agent.put(value)
-            for _ in range(100):  # the retry waits 0.5 s before it tries again
-                if outcome.batches:
-                    break
-                await asyncio.sleep(0.05)
-
-    run(drive())
+    feed(worker, values, until=lambda: outcome.batches)  # the retry waits 0.5 s first
     assert calls["n"] >= 2 and outcome.batches >= 1 and outcome.poisoned is None
     assert reads.wait_for(tenant, written.position, timeout=5).fresh
