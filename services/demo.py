@@ -219,9 +219,6 @@ def print_read_models(script: Script, settings: Any, say: Callable[[str], None])
                      if c.label == "address"]
             return ", ".join(found) or "(nothing)"
 
-        say(f"  address now:                                  {address(now, now)}")
-        say(f"  address on {day20:%Y-%m-%d}, as we know it now:       {address(day20, now)}")
-        say(f"  address on {day20:%Y-%m-%d}, as we knew it that day:  {address(day20, day20)}")
         slip = START + timedelta(days=18, hours=1, seconds=30)
 
         def job(known_at: datetime) -> str:
@@ -229,9 +226,16 @@ def print_read_models(script: Script, settings: Any, say: Callable[[str], None])
                      if c.label == "job_title"]
             return ", ".join(found) or "(nothing)"
 
-        say(f"  job title at {slip:%Y-%m-%d %H:%M:%S}, as believed then: {job(slip)}")
-        say(f"  job title at {slip:%Y-%m-%d %H:%M:%S}, as known now:     {job(now)}")
+        answers = [
+            ("address now", address(now, now)),
+            (f"address on {day20:%Y-%m-%d}, as we know it now", address(day20, now)),
+            (f"address on {day20:%Y-%m-%d}, as we knew it that day", address(day20, day20)),
+            (f"job title at {slip:%Y-%m-%d %H:%M:%S}, as believed then", job(slip)),
+            (f"job title at {slip:%Y-%m-%d %H:%M:%S}, as known now", job(now)),
+        ]
+        for question, answer in answers:
+            say(f"  {question + ':':<52} {answer}")
         current = [c.content for c in reads.current(tenant, subject="user") if c.label == "skills"]
-        say(f"  skills now:                                   {', '.join(current)}")
+        say(f"  {'skills now:':<52} {', '.join(current)}")
     finally:
         reads.close()
