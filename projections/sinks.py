@@ -36,6 +36,13 @@ def _merge_tags(current: list[str], added: Iterable[str]) -> list[str]:
     return [*current, *(tag for tag in added if tag not in current)]
 
 
+def _insert(schema: sql.Identifier, table: str, columns: tuple[str, ...]) -> sql.Composed:
+    """``INSERT INTO schema.table (columns) VALUES (%s, …)``."""
+    return sql.SQL("INSERT INTO {}.{} ({}) VALUES ({})").format(
+        schema, sql.Identifier(table), sql.SQL(", ").join(map(sql.Identifier, columns)),
+        sql.SQL(", ").join(sql.Placeholder() * len(columns)))
+
+
 def _valid(row: dict[str, Any]) -> Range[datetime]:
     if row["kind"] == "event":
         return Range(row["occurred_at"], row["occurred_at"], "[]")
@@ -52,9 +59,7 @@ class PostgresSink:
         self._node = sql.SQL(
             "INSERT INTO {}.nodes (tenant_id, node_id, node_kind) VALUES (%s, %s, %s) "
             "ON CONFLICT DO NOTHING").format(s)
-        self._slot = sql.SQL("INSERT INTO {}.slots ({}) VALUES ({})").format(
-            s, sql.SQL(", ").join(map(sql.Identifier, SLOT_COLUMNS)),
-            sql.SQL(", ").join(sql.Placeholder() * len(SLOT_COLUMNS)))
+        self._slot = _insert(s, "slots", SLOT_COLUMNS)
         ret = sql.SQL(" RETURNING tenant_id, card_id, version, content, title, status, valid, "
                       "recorded_at, retracted_at, verified_at)")
         insert_version = sql.SQL(
@@ -63,9 +68,8 @@ class PostgresSink:
             "title, status, valid, {known}, retracted_at IS NOT NULL, verified_at FROM c")
         first = sql.Composed([ret, insert_version.format(
             s=s, known=sql.SQL("tstzrange(recorded_at, NULL)"))])
-        self._card = sql.SQL("WITH c AS (INSERT INTO {}.cards ({}) VALUES ({}){}").format(
-            s, sql.SQL(", ").join(map(sql.Identifier, CARD_COLUMNS)),
-            sql.SQL(", ").join(sql.Placeholder() * len(CARD_COLUMNS)), first)
+        self._card = sql.Composed(
+            [sql.SQL("WITH c AS ("), _insert(s, "cards", CARD_COLUMNS), first])
         self._state_card = sql.SQL(
             "WITH c AS (INSERT INTO {s}.cards ({cols}) SELECT {vals}, {slot_cols} FROM {s}.slots "
             "WHERE tenant_id = %s AND slot_id = %s{first}").format(
@@ -81,9 +85,7 @@ class PostgresSink:
         self._edge = sql.SQL(
             "INSERT INTO {}.card_relations (tenant_id, src_id, dst_id, edge, recorded_at) "
             "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING").format(s)
-        self._case = sql.SQL("INSERT INTO {}.arbitration_queue ({}) VALUES ({})").format(
-            s, sql.SQL(", ").join(map(sql.Identifier, CASE_COLUMNS)),
-            sql.SQL(", ").join(sql.Placeholder() * len(CASE_COLUMNS)))
+        self._case = _insert(s, "arbitration_queue", CASE_COLUMNS)
         self._decide = sql.SQL(
             "UPDATE {}.arbitration_queue SET decision = %s, decided_by = %s, decided_at = %s "
             "WHERE tenant_id = %s AND case_id = %s").format(s)
