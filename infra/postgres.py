@@ -17,6 +17,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import SecretStr
 
+from infra.pgvector_build import cpu_flags, native_build_installed
 from infra.settings import Settings
 from projections.schema import create_read_schema
 
@@ -83,24 +84,21 @@ def admin_database(settings: Settings) -> Database:
     return start_embedded(settings.data_dir)
 
 
-def cpu_flags() -> frozenset[str]:
-    try:
-        with open("/proc/cpuinfo") as info:
-            for line in info:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
+def vector_search_available(settings: Settings) -> bool:
+    """Whether the server can compute vector distances. The embedded server's bundled pgvector is
+    compiled for AVX-512: on a CPU without it every distance kills the backend with SIGILL, until
+    ``python -m infra.pgvector_build`` (run by ``make``) has rebuilt it for this CPU."""
+    if settings.database_url is not None:
+        return True
+    return "avx512f" in cpu_flags() or native_build_installed()
 
 
 def vector_index_enabled(settings: Settings) -> bool:
-    """Whether to build pgvector's HNSW index. The embedded server's pgvector is compiled for
-    AVX-512: on a CPU without it every distance computation (HNSW builds and inserts included)
-    kills the backend with SIGILL. There the vectors are stored but ranked outside the database."""
+    """Whether to build pgvector's HNSW index (``PALIMPSEST_VECTOR_INDEX``; ``auto``: wherever
+    distances work)."""
     if settings.vector_index != "auto":
         return settings.vector_index == "hnsw"
-    return settings.database_url is not None or "avx512f" in cpu_flags()
+    return vector_search_available(settings)
 
 
 def runtime_database(admin: Database, settings: Settings) -> Database:

@@ -9,14 +9,57 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from pydantic import SecretStr
+from pydantic import BaseModel, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from domain.policy import Policy
 
 
+class RetrievalSettings(BaseModel):
+    """The read path's numbers (DESIGN §2–§3), e.g. ``PALIMPSEST_RETRIEVAL__TOP_N=8``."""
+
+    #: Cards in a result.
+    top_n: int = 5
+    #: Reciprocal Rank Fusion constant.
+    rrf_k: int = 60
+    semantic_top_k: int = 20
+    #: Cosine similarity below which a neighbour is no match: a nearest-neighbour search always
+    #: returns k cards, even for a question nothing answers (USE puts unrelated text under 0.2).
+    semantic_min_similarity: float = 0.2
+    #: Nearest neighbours read from the HNSW index before the tenant / scope / time filter.
+    semantic_candidates: int = 200
+    #: Tag hits are all kept, up to this safety cap, ranked by how many query terms they share.
+    tags_limit: int = 200
+    fuzzy_top_k: int = 20
+    #: Lowest share of the query's CJK bigrams a card must hold for the fuzzy route.
+    fuzzy_threshold: float = 0.3
+    #: Lowest pg_trgm word similarity of the query's Latin words for the fuzzy route.
+    fuzzy_trigram_threshold: float = 0.5
+    temporal_limit: int = 200
+    graph_seeds: int = 5
+    graph_neighbours: int = 30
+    graph_budget_ms: int = 200
+    #: A route that has not answered by then is skipped (and counted by its breaker).
+    route_timeout_ms: int = 1_000
+    breaker_window: int = 10
+    breaker_p95_ms: float = 150.0
+    breaker_quarantine_s: float = 600.0
+    breaker_probe_s: float = 30.0
+    decay_single_value: float = 0.02
+    decay_multi_value: float = 0.005
+    decay_event: float = 0.01
+    decay_knowledge: float = 0.003
+    boost_current_project: float = 1.2
+    boost_personal: float = 1.1
+    boost_group: float = 1.0
+    boost_global: float = 0.9
+    aging_days: int = 180
+    knowledge_stale_days: int = 90
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="PALIMPSEST_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="PALIMPSEST_", env_nested_delimiter="__",
+                                      extra="ignore")
 
     #: ``postgres`` (the default: embedded unless ``database_url`` is set) or ``memory`` (no server).
     persistence: Literal["postgres", "memory"] = "postgres"
@@ -69,6 +112,12 @@ class Settings(BaseSettings):
     #: ``hnsw``, ``none``, or ``auto``: an HNSW index on an external PostgreSQL; on the embedded
     #: server only where the CPU has AVX-512, which its pgvector build needs for any distance.
     vector_index: Literal["auto", "hnsw", "none"] = "auto"
+
+    #: The zone relative time words in queries (昨天, "last week") are resolved in, and the zone
+    #: ``<current_time>`` is shown in; an IANA name.
+    time_zone: str = "UTC"
+    #: The read path: ``PALIMPSEST_RETRIEVAL__<FIELD>`` (see ``RetrievalSettings``).
+    retrieval: RetrievalSettings = RetrievalSettings()
 
     max_content_chars: int = 8_000
     max_tags: int = 64

@@ -20,6 +20,11 @@ from infra.embedders import Embedder, content_hash
 
 log = logging.getLogger(__name__)
 
+#: What is embedded: a knowledge card's title and body; a state card's slot with its value
+#: ("user address: Kaohsiung" — the bare value "Kaohsiung" says nothing of what it is); else content.
+EMBEDDED_TEXT = ("concat_ws(E'\\n', nullif(c.title, ''), CASE WHEN c.label IS NULL THEN c.content "
+                 "ELSE concat(c.subject, ' ', translate(c.label, '_', ' '), ': ', c.content) END)")
+
 
 class EmbeddingProjection:
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], schema: str,
@@ -28,10 +33,10 @@ class EmbeddingProjection:
         self.embedder = embedder
         s = sql.Identifier(schema)
         self._pending = sql.SQL(
-            "SELECT c.tenant_id, c.card_id, c.content, coalesce(c.title, '') FROM {s}.cards c "
+            "SELECT c.tenant_id, c.card_id, " + EMBEDDED_TEXT + " AS text FROM {s}.cards c "
             "LEFT JOIN {s}.card_embeddings e ON e.tenant_id = c.tenant_id AND e.card_id = c.card_id "
             "AND e.model = %s WHERE e.card_id IS NULL OR e.content_hash <> "
-            "sha256(convert_to(concat_ws(E'\\n', nullif(c.title, ''), c.content), 'UTF8')) "
+            "sha256(convert_to(" + EMBEDDED_TEXT + ", 'UTF8')) "
             "ORDER BY c.tenant_id LIMIT %s").format(s=s)
         self._upsert = sql.SQL(
             "INSERT INTO {}.card_embeddings (tenant_id, card_id, model, content_hash, embedding) "
@@ -45,13 +50,13 @@ class EmbeddingProjection:
             rows = conn.execute(self._pending, (self.embedder.model, limit)).fetchall()
             if not rows:
                 return 0
-            texts = [_text(title, content) for _, _, content, title in rows]
+            texts = [text for _, _, text in rows]
             vectors = self.embedder.embed(texts)
             with conn.transaction():
                 for tenant_id, group in groupby(zip(rows, texts, vectors, strict=True),
                                                 key=lambda item: item[0][0]):
                     conn.execute("SELECT set_config('palimpsest.tenant', %s, true)", (tenant_id,))
-                    for (_, card_id, _, _), text, vector in group:
+                    for (_, card_id, _), text, vector in group:
                         conn.execute(self._upsert, (tenant_id, card_id, self.embedder.model,
                                                     content_hash(text), _literal(vector)))
         return len(rows)
@@ -63,10 +68,6 @@ class EmbeddingProjection:
             if progress:
                 progress(total)
         return total
-
-
-def _text(title: str, content: str) -> str:
-    return f"{title}\n{content}" if title else content
 
 
 def _literal(vector: list[float]) -> str:

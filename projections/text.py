@@ -119,6 +119,11 @@ def tokenize(text: str) -> list[str]:
     return tokens
 
 
+def latin_words(text: str) -> list[str]:
+    """The non-CJK words of ``text``, folded, stop words dropped: what trigram matching compares."""
+    return [t for t in tokenize(_CJK_RUN.sub(" ", fold(text))) if not _CJK_RUN.search(t)]
+
+
 @lru_cache(maxsize=65_536)
 def _is_stop(token: str) -> bool:
     return _t2s()(token.lower()) in STOP_WORDS

@@ -120,3 +120,23 @@ def run_pipeline(settings: Settings) -> int:
         app.close()
         if broker is not None:
             broker.stop()
+
+
+def project_log(settings: Settings, app: Any, admin: Any = None) -> tuple[int, int]:
+    """Bring the read models up to the log's head without Kafka (the demo, tests, one-off jobs):
+    the cards projection from its position, then every missing embedding. Returns (events applied,
+    cards embedded)."""
+    from infra.embedders import create_embedder
+
+    admin = admin or admin_database(settings)
+    projector = make_projector(settings, app, admin=admin)
+    try:
+        applied = catch_up(projector, app)
+    finally:
+        projector.close()
+    embedded = 0
+    if settings.projector_embeddings:
+        db = projector_database(admin, settings)
+        embedder = create_embedder(settings, connect=db.connect)
+        embedded = EmbeddingProjection(db.connect, settings.read_schema, embedder).embed_all()
+    return applied, embedded

@@ -10,6 +10,7 @@ import typer
 
 from domain.errors import PalimpsestError
 from infra.settings import Settings
+from services import cli_queries
 
 cli = typer.Typer(
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -151,6 +152,9 @@ def status(
             typer.echo(f"  failed at notification {failure['notification_id']} "
                        f"({failure['topic']}): {failure['error']}")
     typer.echo(f"cards: {report.cards}, embeddings pending: {report.embeddings_pending}")
+
+
+cli_queries.register(cli)
 
 
 def main() -> None:

@@ -126,6 +126,11 @@ def run_demo(app: Palimpsest, clock: SimulatedClock, say: Callable[[str], None])
         reason="typo in the summary")))
     s.other("blocker archived", app.move(tenant_id, Move(
         card_id=blocker.card_id, to="archive", note="legal approved")))  # type: ignore[arg-type]
+    clock.day(53, 20)
+    s.other("event: gave a talk", remember(tenant_id, Remember(
+        kind="event", memory_type="event",
+        content="Gave a talk on PostgreSQL indexing at the Kaohsiung Python meetup 高雄聚會",
+        occurred_at=clock.now - timedelta(hours=2), tags=("talk", "PostgreSQL", "演講"))))
     clock.day(55)
     s.state("skills", "Python (expert)", item_key="python")
     clock.day(60)
@@ -197,16 +202,12 @@ def describe(app: Palimpsest, tenant_id: str, card_id: UUID) -> str:
 def print_read_models(script: Script, settings: Any, say: Callable[[str], None]) -> None:
     """Project the log into the read models and ask them bi-temporal questions."""
     from infra.postgres import admin_database, runtime_database
-    from projections.replay import catch_up, make_projector
+    from projections.worker import project_log
     from services.readmodels import ReadModels
 
     admin = admin_database(settings)
-    projector = make_projector(settings, script.app, admin=admin)
-    try:
-        applied = catch_up(projector, script.app)
-    finally:
-        projector.close()
-    say(f"Read models: projected {applied} event(s) from the log "
+    applied, embedded = project_log(settings, script.app, admin=admin)
+    say(f"Read models: projected {applied} event(s) from the log, embedded {embedded} card(s) "
         "(`palimpsest pipeline` does the same through Kafka and Faust).")
     reads = ReadModels(runtime_database(admin, settings), settings.read_schema)
     tenant = script.tenant_id
@@ -239,3 +240,45 @@ def print_read_models(script: Script, settings: Any, say: Callable[[str], None])
         say(f"  {'skills now:':<52} {', '.join(current)}")
     finally:
         reads.close()
+    ask_questions(script, settings, say)
+
+
+QUESTIONS: tuple[tuple[str, str, dict[str, Any]], ...] = (
+    ("a current question", "where does the user live?", {}),
+    ("an as-of question (as we knew things on 2026-09-21)", "使用者住在哪裡？",
+     {"valid_at": START + timedelta(days=20), "known_at": START + timedelta(days=20)}),
+    ("a temporal question", "上週我做了什麼？", {}),
+    ("the same in English", "what did I do last week?", {}),
+    ("a question that meets the pending arbitration", "when is the fibon launch?",
+     {"project_id": "fibon"}),
+)
+
+
+def ask_questions(script: Script, settings: Any, say: Callable[[str], None]) -> None:
+    """Ask the read models the questions an assistant would, through the fused retrieval."""
+    from services.context import render
+    from services.factory import create_queries
+
+    queries = create_queries(settings.model_copy(update={"time_zone": "Asia/Taipei"}), script.clock)
+    try:
+        say("")
+        say(f"Questions, asked on {script.clock.now:%Y-%m-%d %H:%M} ({settings.data_dir}/, "
+            f"`palimpsest search QUERY --tenant {script.tenant_id}` asks your own):")
+        last = None
+        for title, text, options in QUESTIONS:
+            last = queries.search(script.tenant_id, queries.query(text, **options))
+            say(f"  ▸ {title}: {text}")
+            for rank, card in enumerate(last.results[:3], start=1):
+                when = card.occurred_at if card.kind == "event" else card.valid_from
+                flag = " [superseded since]" if card.superseded else ""
+                say(f"      {rank}. {card.value}  ({card.kind}, {when:%Y-%m-%d}){flag}")
+            for case in last.alerts.arbitrations:
+                say(f"      ⚠ pending arbitration on {case.subject}/{case.label}: "
+                    f"{', '.join(case.current_values)} (current) vs {case.proposed_value} (proposed)")
+        if last is not None:
+            say("")
+            say("The prompt context for the last question (`palimpsest context`):")
+            for line in render(last, queries.zone).splitlines():
+                say(f"    {line}")
+    finally:
+        queries.close()

@@ -1,4 +1,4 @@
-"""Builds the application from settings: the one place processes are wired."""
+"""Builds the command and query sides from settings: the one place processes are wired."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from infra.postgres import admin_database, bootstrap, runtime_database
 from infra.settings import Settings
 from services.application import Clock, utc_now
 from services.memory import Palimpsest
+from services.queries import Queries
 
 
 def create_app(
@@ -28,3 +29,23 @@ def create_app(
         env=env, policy=settings.policy(), clock=clock,
         conflict_retries=settings.conflict_retries,
     )
+
+
+def create_queries(settings: Settings | None = None, clock: Clock = utc_now) -> Queries:
+    """The query side: read models as the runtime role, the retriever with its breakers and the
+    query embedder (the projection's model, so vectors compare)."""
+    from infra.embedders import create_embedder
+    from infra.postgres import vector_search_available
+    from services.readmodels import ReadModels
+    from services.retrieval.retriever import Retriever
+
+    settings = settings or Settings()
+    admin = admin_database(settings)
+    if settings.auto_bootstrap:
+        bootstrap(admin, settings)
+    read = ReadModels(runtime_database(admin, settings), settings.read_schema, pool_size=8)
+    embedder = create_embedder(settings)
+    retriever = Retriever(read, settings.read_schema, settings.retrieval, embedder,
+                          vector_search=vector_search_available(settings))
+    retriever.warm_up()
+    return Queries(read, retriever, settings, clock)

@@ -118,10 +118,14 @@ class ReadModels:
             return conn.execute(query, (card_id,)).fetchall()
 
     def projected(self, tenant_id: str) -> int:
+        with self.tenant(tenant_id) as conn:
+            return self.position(conn, tenant_id)
+
+    def position(self, conn: psycopg.Connection[Any], tenant_id: str) -> int:
+        """The highest notification id of the tenant the read models include."""
         query = sql.SQL("SELECT position FROM {}.projection_position WHERE projection = %s "
                         "AND tenant_id = %s").format(self.schema)
-        with self.tenant(tenant_id) as conn:
-            row = conn.execute(query, (NAME, tenant_id)).fetchone()
+        row = conn.execute(query, (NAME, tenant_id)).fetchone()
         return int(row["position"]) if row else 0
 
     def wait_for(self, tenant_id: str, position: int, timeout: float = 5.0,

@@ -1,0 +1,259 @@
+"""The query side: search (the fused retrieval), facts, history, briefing and the prompt context.
+Everything here reads the read models only, one tenant per transaction, and returns plain data."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any
+from uuid import UUID
+from zoneinfo import ZoneInfo
+
+from psycopg import sql
+from pydantic import BaseModel
+
+from domain.errors import CardNotFoundError, InvalidCommandError
+from infra.settings import Settings
+from services.application import Clock
+from services.readmodels import ReadModels
+from services.retrieval.postprocess import PendingWrite
+from services.retrieval.query import RetrievalQuery
+from services.retrieval.results import RetrievalResult
+from services.retrieval.retriever import Retriever
+
+_CARD_FIELDS = """card_id, aggregate_id, kind, memory_type, scope, project_id, group_id, subject,
+    label, cardinality, content AS value, title, status, owner, due_at, valid_from, valid_to,
+    occurred_at, recorded_at, verified_at, source, agent_id"""
+
+
+class Fact(BaseModel):
+    card_id: UUID
+    subject: str | None
+    label: str | None
+    cardinality: str | None
+    scope: str
+    value: str
+    valid_from: datetime | None
+    valid_to: datetime | None
+    recorded_at: datetime
+    verified_at: datetime | None
+    superseded: bool
+    source: str
+
+
+class Version(BaseModel):
+    version: int
+    value: str
+    title: str | None
+    status: str | None
+    valid_from: datetime | None
+    valid_to: datetime | None
+    known_from: datetime
+    known_to: datetime | None
+    retracted: bool
+    verified_at: datetime | None
+    change: str
+
+
+class CardHistory(BaseModel):
+    card_id: UUID
+    kind: str
+    memory_type: str
+    subject: str | None
+    label: str | None
+    versions: list[Version]
+    edges: list[dict[str, Any]]
+
+
+class BriefingItem(BaseModel):
+    card_id: UUID
+    memory_type: str
+    value: str
+    status: str | None
+    owner: str | None = None
+    due_at: datetime | None = None
+    since: datetime | None = None
+
+
+class Briefing(BaseModel):
+    now: datetime
+    open: list[BriefingItem]
+    waiting: list[BriefingItem]
+    overdue: list[BriefingItem]
+    blockers: list[BriefingItem]
+    arbitrations: list[dict[str, Any]]
+    aging_facts: list[BriefingItem]
+    stale_knowledge: list[BriefingItem]
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return {name: len(getattr(self, name)) for name in (
+            "open", "waiting", "overdue", "blockers", "arbitrations", "aging_facts", "stale_knowledge")}
+
+
+class Queries:
+    def __init__(self, read: ReadModels, retriever: Retriever, settings: Settings, clock: Clock) -> None:
+        self.read = read
+        self.retriever = retriever
+        self.settings = settings
+        self.clock = clock
+        self.zone = ZoneInfo(settings.time_zone)
+        self.s = sql.Identifier(settings.read_schema)
+
+    def close(self) -> None:
+        self.retriever.close()
+        self.read.close()
+
+    def now(self) -> datetime:
+        return self.clock().astimezone(self.zone)
+
+    def query(self, text: str, *, now: datetime | None = None, **options: Any) -> RetrievalQuery:
+        """A ``RetrievalQuery`` on this process's clock and zone."""
+        return RetrievalQuery(text=text, now=(now or self.now()).astimezone(self.zone), **options)
+
+    def search(self, tenant_id: str, query: RetrievalQuery | str,
+               pending: Sequence[PendingWrite] = ()) -> RetrievalResult:
+        if isinstance(query, str):
+            query = self.query(query)
+        return self.retriever.search(tenant_id, query, pending)
+
+    def facts(self, tenant_id: str, subject: str, valid_at: datetime | None = None,
+              known_at: datetime | None = None) -> list[Fact]:
+        """The facts (state cards) of a subject valid now, or valid at ``valid_at`` as known at
+        ``known_at`` (either alone: the other is now / the same moment)."""
+        if valid_at is None and known_at is None:
+            records = self.read.current(tenant_id, subject=subject)
+        else:
+            now = self.now()
+            records = self.read.as_of(tenant_id, valid_at or known_at or now, known_at or now,
+                                      subject=subject)
+        cards = {r.card_id: r for r in records if r.kind == "state"}
+        extra = self._fields(tenant_id, list(cards))
+        return [Fact(card_id=r.card_id, subject=r.subject, label=r.label,
+                     cardinality=extra[r.card_id]["cardinality"], scope=r.scope, value=r.content,
+                     valid_from=r.valid_from, valid_to=r.valid_to, recorded_at=r.recorded_at,
+                     verified_at=extra[r.card_id]["verified_at"], superseded=r.superseded,
+                     source=r.source) for r in cards.values()]
+
+    def _fields(self, tenant_id: str, ids: list[UUID]) -> dict[UUID, dict[str, Any]]:
+        query = sql.SQL("SELECT card_id, cardinality, verified_at FROM {}.cards "
+                        "WHERE card_id = ANY(%s::uuid[])").format(self.s)
+        with self.read.tenant(tenant_id) as conn:
+            return {row["card_id"]: row for row in conn.execute(query, (ids,)).fetchall()}
+
+    def history(self, tenant_id: str, ref: str) -> list[CardHistory]:
+        """Every version of a card — or of every card of a slot — with both timelines, what
+        changed at each version, and the card's edges. ``ref``: a card id, a slot id, or
+        ``subject/label`` (all scopes)."""
+        with self.read.tenant(tenant_id) as conn:
+            cards = conn.execute(sql.SQL(
+                "SELECT c.card_id, c.kind, c.memory_type, c.subject, c.label FROM {s}.cards c "
+                "WHERE " + _match(ref) + " ORDER BY c.recorded_at, c.card_id").format(s=self.s),
+                _ref_params(ref)).fetchall()
+            if not cards:
+                raise CardNotFoundError(f"no card or slot {ref!r}")
+            ids = [c["card_id"] for c in cards]
+            versions = conn.execute(sql.SQL(
+                "SELECT card_id, version, content AS value, title, status, lower(valid) AS valid_from,"
+                " upper(valid) AS valid_to, lower(known) AS known_from, upper(known) AS known_to, "
+                "retracted, verified_at FROM {s}.card_versions WHERE card_id = ANY(%s::uuid[]) "
+                "ORDER BY card_id, version").format(s=self.s), (ids,)).fetchall()
+            edges = conn.execute(sql.SQL(
+                "SELECT src_id, dst_id, edge, recorded_at FROM {s}.card_relations "
+                "WHERE src_id = ANY(%(ids)s::uuid[]) OR dst_id = ANY(%(ids)s::uuid[]) "
+                "ORDER BY recorded_at").format(s=self.s), {"ids": ids}).fetchall()
+        by_card: dict[UUID, list[dict[str, Any]]] = {}
+        for row in versions:
+            by_card.setdefault(row.pop("card_id"), []).append(row)
+        return [CardHistory(**card, versions=_changes(by_card.get(card["card_id"], [])),
+                            edges=[e for e in edges if card["card_id"] in (e["src_id"], e["dst_id"])])
+                for card in cards]
+
+    def briefing(self, tenant_id: str, project_id: str | None = None,
+                 now: datetime | None = None) -> Briefing:
+        """Open, waiting and overdue commitments, active blockers, pending arbitrations, aging
+        facts and stale knowledge, in personal scope and the given project."""
+        now = now or self.now()
+        retrieval = self.settings.retrieval
+        params = {"project_id": project_id, "now": now,
+                  "aging": now - timedelta(days=retrieval.aging_days),
+                  "stale": now - timedelta(days=retrieval.knowledge_stale_days)}
+        scope = ("(c.scope = 'personal' OR (c.scope = 'project' AND c.project_id = %(project_id)s))"
+                 " AND c.retracted_at IS NULL AND c.valid_to IS NULL AND c.merged_into IS NULL")
+
+        def items(where: str, since: str = "c.recorded_at") -> list[BriefingItem]:
+            statement = sql.SQL(
+                "SELECT c.card_id, c.memory_type, c.content AS value, c.status, c.owner, c.due_at, "
+                + since + " AS since FROM {s}.cards c WHERE " + scope + " AND " + where
+                + " ORDER BY since, c.card_id").format(s=self.s)
+            return [BriefingItem(**row) for row in conn.execute(statement, params).fetchall()]
+
+        with self.read.tenant(tenant_id) as conn:
+            commitments = "c.memory_type = 'commitment' AND c.status = "
+            anchor = "greatest(coalesce(c.valid_from, c.recorded_at), c.verified_at)"
+            briefing = Briefing(
+                now=now,
+                open=items(commitments + "'open' AND (c.due_at IS NULL OR c.due_at >= %(now)s)"),
+                waiting=items(commitments + "'waiting' AND (c.due_at IS NULL OR c.due_at >= %(now)s)"),
+                overdue=items("c.memory_type = 'commitment' AND c.status IN ('open', 'waiting') "
+                              "AND c.due_at < %(now)s", since="c.due_at"),
+                blockers=items("c.memory_type = 'blocker' AND c.status = 'active'"),
+                arbitrations=conn.execute(sql.SQL(
+                    "SELECT case_id, subject, label, current_values, proposed_value, reason, "
+                    "opened_at FROM {s}.arbitration_queue WHERE decision IS NULL "
+                    "ORDER BY opened_at").format(s=self.s)).fetchall(),
+                aging_facts=items("c.kind = 'state' AND c.cardinality = 'single_value' "
+                                  "AND c.memory_type NOT IN ('commitment', 'blocker') AND "
+                                  + anchor + " <= %(aging)s", since=anchor),
+                stale_knowledge=items("c.kind = 'knowledge' AND greatest(c.recorded_at, c.verified_at)"
+                                      " <= %(stale)s", since="greatest(c.recorded_at, c.verified_at)"),
+            )
+        return briefing
+
+
+def _match(ref: str) -> str:
+    if _uuid(ref) is not None:
+        return "(c.card_id = %(id)s OR c.aggregate_id = %(id)s)"
+    if ref.count("/") != 1 or not all(part.strip() for part in ref.split("/")):
+        raise InvalidCommandError(f"expected a card id, a slot id or subject/label, got {ref!r}")
+    return "(c.subject = %(subject)s AND c.label = %(label)s)"
+
+
+def _ref_params(ref: str) -> dict[str, Any]:
+    if (card_id := _uuid(ref)) is not None:
+        return {"id": card_id}
+    subject, label = (part.strip() for part in ref.split("/"))
+    return {"subject": subject, "label": label}
+
+
+def _uuid(text: str) -> UUID | None:
+    try:
+        return UUID(text)
+    except ValueError:
+        return None
+
+
+def _changes(versions: list[dict[str, Any]]) -> list[Version]:
+    """Each version with what distinguishes it from the one before."""
+    out, before = [], None
+    for row in versions:
+        out.append(Version(**row, change=_change(before, row)))
+        before = row
+    return out
+
+
+def _change(before: dict[str, Any] | None, after: dict[str, Any]) -> str:
+    if before is None:
+        return "recorded"
+    changes = []
+    if after["retracted"] and not before["retracted"]:
+        changes.append("retracted")
+    if after["valid_to"] != before["valid_to"]:
+        changes.append("validity closed" if after["valid_to"] else "validity reopened")
+    if after["value"] != before["value"] or after["title"] != before["title"]:
+        changes.append("content revised")
+    if after["status"] != before["status"]:
+        changes.append(f"status {before['status'] or '—'} → {after['status']}")
+    if after["verified_at"] != before["verified_at"]:
+        changes.append("verified")
+    return ", ".join(changes) or "tags or links changed"

@@ -1,0 +1,78 @@
+"""Loading what the routes found, in one query: the card as the query sees it (the current row,
+or for an as-of query the version known then) with its ``contradicts`` edges; and the pending
+arbitration cases of the returned cards' slots."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+from typing import Any
+from uuid import UUID
+
+import psycopg
+from psycopg import sql
+
+from services.retrieval.query import RetrievalQuery, RouteContext, parameters
+from services.retrieval.results import ArbitrationAlert
+from services.retrieval.scoring import Candidate
+
+_FIELDS = """c.card_id, c.aggregate_id, c.kind, c.memory_type, c.scope, c.project_id, c.group_id,
+    c.subject, c.label, c.cardinality, {value} AS value, {title} AS title, {status} AS status,
+    c.valid_from, {valid_to} AS valid_to, c.occurred_at, c.recorded_at, {verified} AS verified_at,
+    {superseded} AS superseded, c.source, c.agent_id, c.inference_confidence,
+    ARRAY(SELECT r.dst_id FROM {s}.card_relations r WHERE r.src_id = c.card_id
+          AND r.edge = 'contradicts'
+          UNION SELECT r.src_id FROM {s}.card_relations r WHERE r.dst_id = c.card_id
+          AND r.edge = 'contradicts') AS contradicts"""
+
+_CURRENT = "SELECT " + _FIELDS.format(
+    value="c.content", title="c.title", status="c.status", valid_to="c.valid_to",
+    verified="c.verified_at", superseded="(c.valid_to IS NOT NULL OR c.merged_into IS NOT NULL)",
+    s="{s}") + " FROM {s}.cards c WHERE c.card_id = ANY(%(ids)s::uuid[])"
+
+_AS_OF = "SELECT " + _FIELDS.format(
+    value="v.content", title="v.title", status="v.status", valid_to="upper(v.valid)",
+    verified="v.verified_at", superseded="(NOT upper_inf(v.valid) OR v.status IS NOT DISTINCT FROM 'merged')",
+    s="{s}") + """ FROM {s}.cards c JOIN {s}.card_versions v USING (tenant_id, card_id)
+    WHERE c.card_id = ANY(%(ids)s::uuid[]) AND v.known @> %(known_at)s::timestamptz"""
+
+
+def load_candidates(conn: psycopg.Connection[Any], ctx: RouteContext, query: RetrievalQuery,
+                    ids: Collection[UUID]) -> tuple[dict[UUID, Candidate], dict[UUID, dict[str, Any]]]:
+    if not ids:
+        return {}, {}
+    statement = sql.SQL(_AS_OF if query.as_of else _CURRENT).format(s=ctx.s)
+    rows = conn.execute(statement, {**parameters(query), "ids": list(ids)}).fetchall()
+    candidates, records = {}, {}
+    for row in rows:
+        contradicts = row.pop("contradicts")
+        records[row["card_id"]] = row
+        candidates[row["card_id"]] = Candidate(
+            # commitments and blockers are states outside any slot: they accumulate, never supersede
+            card_id=row["card_id"], kind=row["kind"],
+            cardinality=row["cardinality"] or ("multi_value" if row["kind"] == "state" else None),
+            scope=row["scope"], project_id=row["project_id"], subject=row["subject"],
+            label=row["label"], value=row["value"], valid_from=row["valid_from"],
+            valid_to=row["valid_to"], occurred_at=row["occurred_at"], recorded_at=row["recorded_at"],
+            # as-of: every card loaded was valid at the moment asked about; being replaced later
+            # is reported on the result, not held against it (alerts, the superseded filter)
+            verified_at=row["verified_at"], superseded=row["superseded"] and not query.as_of,
+            edges=tuple(("contradicts", other) for other in contradicts), group_id=row["group_id"])
+    return candidates, records
+
+
+_ARBITRATIONS = """SELECT case_id, slot_id, subject, label, current_values, proposed_value, reason,
+    opened_at FROM {s}.arbitration_queue
+WHERE slot_id = ANY(%(slots)s::uuid[]) AND opened_at <= %(known_at)s::timestamptz
+  AND (decided_at IS NULL OR decided_at > %(known_at)s::timestamptz)
+ORDER BY opened_at, case_id"""
+
+
+def load_arbitrations(conn: psycopg.Connection[Any], ctx: RouteContext, query: RetrievalQuery,
+                      slots: Iterable[UUID]) -> list[ArbitrationAlert]:
+    """Cases undecided at the query's knowledge time on these slots."""
+    wanted = list(dict.fromkeys(slots))
+    if not wanted:
+        return []
+    rows = conn.execute(sql.SQL(_ARBITRATIONS).format(s=ctx.s),
+                        {"slots": wanted, "known_at": query.window[1]}).fetchall()
+    return [ArbitrationAlert(**row) for row in rows]

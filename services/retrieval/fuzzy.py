@@ -1,0 +1,52 @@
+"""Fuzzy route: character level, no segmentation. CJK: the share of the query's character bigrams
+a card contains; Latin: pg_trgm ``word_similarity`` of the query's words (stop words dropped) to
+the card's folded text. Both measure how much of the *query* the card holds, in [0, 1], so the
+higher one wins. A card must reach ``fuzzy_threshold`` on bigrams or ``fuzzy_trigram_threshold``
+on trigrams (short Latin words share trigrams by chance, so that bar is higher). Top
+``fuzzy_top_k``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from projections.text import cjk_bigrams, latin_words
+from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters
+
+_BIGRAMS = ("cardinality(ARRAY(SELECT unnest(c.bigrams) INTERSECT SELECT unnest(%(bigrams)s::text[])))"
+            "::float4 / %(nbigrams)s")
+_TRIGRAMS = "word_similarity(%(latin)s, c.fuzzy_text)"
+
+_SQL = """SELECT card_id FROM (
+    SELECT c.card_id, c.recorded_at, {bigram} AS b, {trigram} AS t FROM {s}.cards c
+    WHERE ({match}) AND c.card_id IN ({visible})) AS m
+WHERE b >= %(threshold)s OR t >= %(trigram_threshold)s
+ORDER BY greatest(b, t) DESC, recorded_at DESC, card_id LIMIT %(limit)s"""
+
+
+class FuzzyRoute:
+    name = "fuzzy"
+
+    def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
+        bigrams, latin = list(cjk_bigrams(query.text)), " ".join(latin_words(query.text))
+        if not bigrams and not latin:
+            return Hits([], "nothing to match")
+        matches = []
+        if bigrams:
+            matches.append("c.bigrams && %(bigrams)s::text[]")
+        if latin:
+            matches.append("%(latin)s <%% c.fuzzy_text")
+            conn.execute(sql.SQL("SET LOCAL pg_trgm.word_similarity_threshold = {}").format(
+                sql.Literal(ctx.settings.fuzzy_trigram_threshold)))
+        statement = sql.SQL(_SQL).format(
+            s=ctx.s, visible=ctx.visible(query), match=sql.SQL(" OR ".join(matches)),
+            bigram=sql.SQL(_BIGRAMS if bigrams else "0::float4"),
+            trigram=sql.SQL(_TRIGRAMS if latin else "0::float4"))
+        settings = ctx.settings
+        rows = conn.execute(statement, {
+            **parameters(query), "bigrams": bigrams, "nbigrams": len(bigrams), "latin": latin,
+            "threshold": settings.fuzzy_threshold, "trigram_threshold": settings.fuzzy_trigram_threshold,
+            "limit": settings.fuzzy_top_k}).fetchall()
+        return Hits([row["card_id"] for row in rows])

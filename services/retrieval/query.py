@@ -1,0 +1,128 @@
+"""What a retrieval asks, and the one SQL predicate every route applies: tenant (row-level
+security), scope, and the bi-temporal window.
+
+A current query reads the ``cards`` table: cards not retracted whose validity is still open (events
+always). An as-of query reads ``card_versions``: the version known at ``known_at`` that was valid at
+``valid_at``; for an event, one that had happened by ``valid_at``. Merged knowledge cards are
+superseded by their survivor.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Protocol
+from uuid import UUID
+
+import psycopg
+from psycopg import sql
+
+from domain.errors import InvalidCommandError
+from infra.settings import RetrievalSettings
+
+MAX_QUERY_CHARS = 2_000
+
+
+@dataclass(frozen=True)
+class RetrievalQuery:
+    """``now`` is the clock of the question; relative time words resolve against it (against
+    ``valid_at`` when the query is as-of)."""
+
+    text: str
+    now: datetime
+    project_id: str | None = None
+    group_ids: tuple[str, ...] = ()
+    include_global: bool = False
+    valid_at: datetime | None = None
+    known_at: datetime | None = None
+    explain: bool = False
+    top_n: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.text.strip():
+            raise InvalidCommandError("the query is empty")
+        if len(self.text) > MAX_QUERY_CHARS:
+            raise InvalidCommandError(f"the query is longer than {MAX_QUERY_CHARS} characters")
+        for name in ("now", "valid_at", "known_at"):
+            value = getattr(self, name)
+            if value is not None and value.utcoffset() is None:
+                raise InvalidCommandError(f"{name} must carry a time zone")
+        if self.top_n is not None and self.top_n < 1:
+            raise InvalidCommandError("top_n must be at least 1")
+
+    @property
+    def as_of(self) -> bool:
+        return self.valid_at is not None or self.known_at is not None
+
+    @property
+    def window(self) -> tuple[datetime, datetime]:
+        """(valid_at, known_at). Current: (now, now). As-of with only ``known_at``: valid then too;
+        with only ``valid_at``: as we know it now."""
+        if not self.as_of:
+            return self.now, self.now
+        valid = self.valid_at or self.known_at
+        assert valid is not None
+        return valid, self.known_at or self.now
+
+    @property
+    def reference_time(self) -> datetime:
+        """What "yesterday" and the decay count from: the as-of moment, else now."""
+        return self.window[0] if self.as_of else self.now
+
+
+_SCOPE = """(c.scope = 'personal'
+    OR (c.scope = 'project' AND c.project_id = %(project_id)s)
+    OR (c.scope = 'group' AND c.group_id = ANY(%(group_ids)s::text[]))
+    OR (c.scope = 'global' AND %(include_global)s))"""
+
+_CURRENT = """SELECT c.card_id FROM {s}.cards c
+    WHERE c.retracted_at IS NULL AND c.valid_to IS NULL AND c.merged_into IS NULL AND """ + _SCOPE
+
+_AS_OF = """SELECT c.card_id FROM {s}.cards c JOIN {s}.card_versions v USING (tenant_id, card_id)
+    WHERE v.known @> %(known_at)s::timestamptz AND NOT v.retracted
+      AND CASE WHEN c.kind = 'event' THEN lower(v.valid) <= %(valid_at)s::timestamptz
+               ELSE v.valid @> %(valid_at)s::timestamptz END
+      AND v.status IS DISTINCT FROM 'merged' AND """ + _SCOPE
+
+
+def visible(query: RetrievalQuery, schema: str) -> sql.Composed:
+    """``SELECT c.card_id …`` of the cards the query may see; its parameters come from
+    :func:`parameters`. Routes use it as ``WHERE card_id IN (…)`` or a CTE."""
+    return sql.SQL(_AS_OF if query.as_of else _CURRENT).format(s=sql.Identifier(schema))
+
+
+def parameters(query: RetrievalQuery) -> dict[str, Any]:
+    valid_at, known_at = query.window
+    return {"project_id": query.project_id, "group_ids": list(query.group_ids),
+            "include_global": query.include_global, "valid_at": valid_at, "known_at": known_at}
+
+
+@dataclass(frozen=True)
+class RouteContext:
+    """What every route is handed besides the query: the read schema and the settings."""
+
+    schema: str
+    settings: RetrievalSettings
+
+    def visible(self, query: RetrievalQuery) -> sql.Composed:
+        return visible(query, self.schema)
+
+    @property
+    def s(self) -> sql.Identifier:
+        return sql.Identifier(self.schema)
+
+
+@dataclass(frozen=True)
+class Hits:
+    """A route's answer: card ids best first, and what it wants the diagnostics to say."""
+
+    ids: list[UUID]
+    note: str | None = None
+
+
+class Route(Protocol):
+    name: str
+
+    def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery,
+                 ctx: RouteContext) -> Hits: ...

@@ -1,0 +1,192 @@
+"""The read path end to end: the routes run concurrently on their own connections, each behind a
+breaker and a timeout; RRF fuses them; the graph route walks from the fused seeds; the candidates
+are loaded in one query and post-processed (``postprocess``). A route that fails, times out or is
+quarantined is skipped and reported in the diagnostics, never fatal.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any
+from uuid import UUID
+
+from psycopg import sql
+
+from infra.embedders import Embedder
+from infra.settings import RetrievalSettings
+from projections.text import warm_up
+from services.readmodels import ReadModels
+from services.retrieval.breaker import RouteBreaker
+from services.retrieval.candidates import load_arbitrations, load_candidates
+from services.retrieval.fuzzy import FuzzyRoute
+from services.retrieval.graph import GraphRoute
+from services.retrieval.postprocess import Outcome, PendingWrite, Tuning, process
+from services.retrieval.query import Hits, RetrievalQuery, Route, RouteContext
+from services.retrieval.results import (
+    Alerts,
+    ContradictionAlert,
+    Diagnostics,
+    RetrievalResult,
+    RetrievedCard,
+    RouteReport,
+)
+from services.retrieval.scoring import DecayPolicy, ScopeBoost, rrf
+from services.retrieval.semantic import SemanticRoute
+from services.retrieval.tags import TagsRoute
+from services.retrieval.temporal import TemporalRoute
+
+log = logging.getLogger(__name__)
+
+ROUTES = ("semantic", "tags", "fuzzy", "temporal", "graph")
+
+
+def tuning(settings: RetrievalSettings) -> Tuning:
+    return Tuning(
+        decay=DecayPolicy(settings.decay_single_value, settings.decay_multi_value,
+                          settings.decay_event, settings.decay_knowledge),
+        boosts=ScopeBoost(settings.boost_current_project, settings.boost_personal,
+                          settings.boost_group, settings.boost_global),
+        rrf_k=settings.rrf_k, top_n=settings.top_n, aging_days=settings.aging_days,
+        knowledge_stale_days=settings.knowledge_stale_days)
+
+
+class Retriever:
+    """One per process: it holds the breakers' windows and a small thread pool."""
+
+    def __init__(self, read: ReadModels, schema: str, settings: RetrievalSettings,
+                 embedder: Embedder | None, *, vector_search: bool = True,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.read = read
+        self.settings = settings
+        self.ctx = RouteContext(schema, settings)
+        self.tuning = tuning(settings)
+        self.monotonic = monotonic
+        self.unavailable: dict[str, str] = {}
+        first: list[Route] = [TagsRoute(), FuzzyRoute(), TemporalRoute()]
+        if embedder is not None and vector_search:
+            first.insert(0, SemanticRoute(embedder))
+        else:
+            self.unavailable["semantic"] = ("no embedder configured" if embedder is None else
+                                            "this server cannot compute vector distances")
+        self.routes = first
+        self.graph = GraphRoute()
+        self.breakers = {name: RouteBreaker(settings.breaker_window, settings.breaker_p95_ms,
+                                            settings.breaker_quarantine_s, settings.breaker_probe_s)
+                         for name in ROUTES}
+        self.pool = ThreadPoolExecutor(max_workers=len(ROUTES), thread_name_prefix="route")
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    def warm_up(self) -> None:
+        """Load the tokenizer and the embedding model now, not inside the first query's budget."""
+        warm_up()
+        for route in self.routes:
+            if isinstance(route, SemanticRoute):
+                route.vector("warm up 暖身")
+
+    def search(self, tenant_id: str, query: RetrievalQuery,
+               pending: Sequence[PendingWrite] = ()) -> RetrievalResult:
+        started = time.perf_counter()
+        reports = {name: RouteReport(status="unavailable", detail=why)
+                   for name, why in self.unavailable.items()}
+        rankings = self._run(tenant_id, query, self.routes, reports, self.settings.route_timeout_ms)
+        seeds = [card_id for card_id, _ in sorted(rrf(rankings, self.settings.rrf_k).items(),
+                                                  key=lambda item: (-item[1], item[0]))]
+        rankings |= self._run(tenant_id, query, [self.graph], reports, self.settings.graph_budget_ms,
+                              seeds=seeds[:self.settings.graph_seeds])
+        ids = {card_id for ranked in rankings.values() for card_id in ranked}
+        with self.read.tenant(tenant_id) as conn:
+            candidates, records = load_candidates(conn, self.ctx, query, ids)
+            projected = self.read.position(conn, tenant_id) if pending else None
+            unprojected = [w for w in pending if projected is None or w.position > projected]
+            outcome = process(rankings, candidates, now=query.reference_time, as_of=query.as_of,
+                              current_project=query.project_id, tuning=self.tuning,
+                              pending=unprojected, top=query.top_n)
+            chosen = [outcome.candidates[card_id] for card_id, _ in outcome.ranked]
+            arbitrations = load_arbitrations(
+                conn, self.ctx, query, [records[c.card_id]["aggregate_id"] for c in chosen
+                                        if c.card_id in records])
+        return RetrievalResult(
+            query=query.text, now=query.now,
+            valid_at=query.window[0] if query.as_of else None,
+            known_at=query.window[1] if query.as_of else None,
+            results=self._cards(outcome, records, pending, query.explain),
+            alerts=Alerts(
+                contradictions=[ContradictionAlert(card_ids=c.card_ids, reason=c.reason)
+                                for c in outcome.contradictions],
+                arbitrations=arbitrations, aging_facts=outcome.aging, stale_knowledge=outcome.stale),
+            diagnostics=Diagnostics(routes=reports, projected_position=projected,
+                                    overlaid_writes=len(unprojected),
+                                    total_ms=round((time.perf_counter() - started) * 1000, 2)))
+
+    def _cards(self, outcome: Outcome, records: dict[UUID, dict[str, Any]],
+               pending: Sequence[PendingWrite], explain: bool) -> list[RetrievedCard]:
+        written = {w.candidate.card_id: w for w in pending}
+        cards = []
+        for card_id, score in outcome.ranked:
+            card = outcome.candidates[card_id]
+            record = records.get(card_id) or _pending_record(written[card_id])
+            superseded = card.superseded or bool(record.get("superseded"))
+            cards.append(RetrievedCard(**{**record, "superseded": superseded,
+                                          "valid_to": card.valid_to, "score": round(score, 6),
+                                          "explain": outcome.trace.get(card_id) if explain else None}))
+        return cards
+
+    def _run(self, tenant_id: str, query: RetrievalQuery, routes: Sequence[Route],
+             reports: dict[str, RouteReport], budget_ms: float, **extra: Any) -> dict[str, list[UUID]]:
+        futures: dict[str, Future[tuple[Hits, float]]] = {}
+        for route in routes:
+            if self.breakers[route.name].allow(self.monotonic()):
+                futures[route.name] = self.pool.submit(self._call, route, tenant_id, query, budget_ms,
+                                                       extra)
+            else:
+                reports[route.name] = RouteReport(status="quarantined",
+                                                  detail="P95 latency over the limit; probing")
+        wait(futures.values(), timeout=budget_ms / 1000 + 0.05)
+        rankings = {}
+        for name, future in futures.items():
+            breaker = self.breakers[name]
+            if not future.done():
+                future.cancel()
+                breaker.record(budget_ms, self.monotonic())
+                reports[name] = RouteReport(status="timeout", ms=budget_ms,
+                                            detail=f"no answer within {budget_ms:.0f} ms")
+                continue
+            try:
+                hits, ms = future.result()
+            except Exception as exc:  # a failing route is reported, never fatal
+                breaker.record(budget_ms, self.monotonic())
+                reports[name] = RouteReport(status="error", detail=f"{type(exc).__name__}: {exc}")
+                log.warning("route %s failed: %s", name, exc)
+                continue
+            breaker.record(ms, self.monotonic())
+            reports[name] = RouteReport(status="ok", hits=len(hits.ids), ms=round(ms, 2),
+                                        detail=hits.note)
+            rankings[name] = hits.ids
+        return rankings
+
+    def _call(self, route: Route, tenant_id: str, query: RetrievalQuery, budget_ms: float,
+              extra: dict[str, Any]) -> tuple[Hits, float]:
+        started = time.perf_counter()
+        with self.read.tenant(tenant_id) as conn:
+            # the server cancels a little after the caller stopped waiting: the route reads as
+            # timed out, and its connection is back in the pool soon after
+            conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(
+                sql.Literal(int(budget_ms) + 250)))
+            hits = route(conn, query, self.ctx, **extra)
+        return hits, (time.perf_counter() - started) * 1000
+
+
+def _pending_record(write: PendingWrite) -> dict[str, Any]:
+    c = write.candidate
+    return {"card_id": c.card_id, "aggregate_id": c.card_id, "kind": c.kind, "memory_type": "fact",
+            "scope": c.scope, "project_id": c.project_id, "group_id": c.group_id, "subject": c.subject,
+            "label": c.label, "cardinality": c.cardinality, "value": c.value, "title": None,
+            "status": None, "valid_from": c.valid_from, "valid_to": c.valid_to,
+            "occurred_at": c.occurred_at, "recorded_at": c.recorded_at, "verified_at": c.verified_at,
+            "superseded": c.superseded, "source": "pending", "agent_id": None,
+            "inference_confidence": None}

@@ -1,0 +1,49 @@
+"""Semantic route: pgvector cosine distance over card embeddings, top ``semantic_top_k``.
+
+The tenant's nearest ``semantic_candidates`` vectors are read first (through the HNSW index where
+there is one, an exact scan otherwise), then the scope and time filter keeps the best
+``semantic_top_k`` of them at least ``semantic_min_similarity`` alike. Only vectors of the
+configured embedding model are compared.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from infra.embedders import Embedder
+from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters
+
+_SQL = """WITH nearest AS MATERIALIZED (
+    SELECT e.card_id, e.embedding <=> %(vector)s::vector AS distance
+    FROM {s}.card_embeddings e WHERE e.model = %(model)s
+    ORDER BY distance LIMIT %(candidates)s)
+SELECT n.card_id FROM nearest n
+WHERE n.distance <= 1 - %(min_similarity)s AND n.card_id IN ({visible})
+ORDER BY n.distance, n.card_id LIMIT %(limit)s"""
+
+
+class SemanticRoute:
+    name = "semantic"
+
+    def __init__(self, embedder: Embedder, cache_size: int = 1_024) -> None:
+        self.embedder = embedder
+        self.vector = lru_cache(maxsize=cache_size)(self._vector)
+
+    def _vector(self, text: str) -> str:
+        (vector,) = self.embedder.embed([text])
+        return "[" + ",".join(map(repr, vector)) + "]"
+
+    def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
+        settings = ctx.settings
+        candidates = min(max(settings.semantic_candidates, settings.semantic_top_k), 1_000)
+        conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(candidates)))
+        statement = sql.SQL(_SQL).format(s=ctx.s, visible=ctx.visible(query))
+        rows = conn.execute(statement, {
+            **parameters(query), "vector": self.vector(query.text), "model": self.embedder.model,
+            "candidates": candidates, "limit": settings.semantic_top_k,
+            "min_similarity": settings.semantic_min_similarity}).fetchall()
+        return Hits([row["card_id"] for row in rows])

@@ -1,0 +1,43 @@
+"""Temporal route: the query's time expressions (上週三, 三天前, "last week", "since last month" …),
+resolved against the query's reference time in its zone, become absolute ranges. Events that
+occurred inside a range match, and so do states and knowledge whose validity began or ended inside
+it: a fact that merely held throughout ("lives in Taipei" during last week) is no evidence about
+that week. Events first, then the latest first; all of them up to ``temporal_limit``.
+
+An ambiguous expression (最近, "recently") raises ``AmbiguousTimeError``: the route is skipped and
+the reason lands in the diagnostics, so the caller can ask instead of guessing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters
+from services.timeexpr import find_ranges
+
+_SQL = """SELECT c.card_id FROM {s}.cards c
+WHERE c.card_id IN ({visible}) AND EXISTS (
+    SELECT 1 FROM unnest(%(starts)s::timestamptz[], %(ends)s::timestamptz[]) AS r(lo, hi)
+    WHERE (c.occurred_at >= r.lo AND c.occurred_at < r.hi)
+       OR (c.kind <> 'event' AND ((c.valid_from >= r.lo AND c.valid_from < r.hi)
+                                  OR (c.valid_to >= r.lo AND c.valid_to < r.hi))))
+ORDER BY c.kind = 'event' DESC, coalesce(c.occurred_at, c.valid_from) DESC, c.card_id
+LIMIT %(limit)s"""
+
+
+class TemporalRoute:
+    name = "temporal"
+
+    def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
+        ranges = find_ranges(query.text, query.reference_time)
+        if not ranges:
+            return Hits([], "no time expression")
+        statement = sql.SQL(_SQL).format(s=ctx.s, visible=ctx.visible(query))
+        rows = conn.execute(statement, {
+            **parameters(query), "starts": [r.start for r in ranges], "ends": [r.end for r in ranges],
+            "limit": ctx.settings.temporal_limit}).fetchall()
+        note = "; ".join(f"{r.expression!r} → [{r.start.isoformat()}, {r.end.isoformat()})" for r in ranges)
+        return Hits([row["card_id"] for row in rows], note)

@@ -1,0 +1,244 @@
+"""The query side on the embedded PostgreSQL: fused retrieval, as-of, the overlay, failing and slow
+routes, breakers, tenants, facts / history / briefing and the command line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from typing import Any
+from uuid import UUID
+
+import pytest
+
+from infra.postgres import Database
+from infra.settings import Settings
+from projections.worker import project_log
+from services.commands import Move, Remember
+from services.factory import create_app, create_queries
+from services.queries import Queries
+from services.retrieval.postprocess import pending_state
+from services.retrieval.query import Hits
+from tests.support import START, Clock, new_tenant, state
+
+pytestmark = pytest.mark.integration
+
+TALK_AT = START + timedelta(days=1)  # occurred_at is read before the write advances the clock
+
+
+class Boom:
+    name = "tags"
+
+    def __call__(self, conn: Any, query: Any, ctx: Any) -> Hits:
+        raise RuntimeError("index corrupted")
+
+
+class Slow:
+    name = "fuzzy"
+
+    def __call__(self, conn: Any, query: Any, ctx: Any) -> Hits:
+        conn.execute("SELECT pg_sleep(2)")
+        return Hits([])
+
+
+@pytest.fixture(scope="module")
+def world(pg_settings: Settings, admin_db: Database):  # type: ignore[no-untyped-def]
+    """One tenant's small history, projected; a second tenant with a card of its own."""
+    settings = pg_settings.model_copy(update={"time_zone": "Asia/Taipei"})
+    clock = Clock()
+    app = create_app(settings, clock=clock)
+    tenant, other = new_tenant(), new_tenant()
+    ids: dict[str, UUID] = {}
+
+    def write(key: str, command: Remember, days: float = 1) -> None:
+        clock.advance(days=days)
+        ids[key] = app.remember(tenant, command).card_id  # type: ignore[assignment]
+
+    write("taipei", state("address", "Taipei"))
+    write("talk", Remember(kind="event", memory_type="event", occurred_at=clock.now,
+                           content="Gave a talk about Kubernetes operators at the meetup"), days=3)
+    write("kaohsiung", state("address", "Kaohsiung"), days=10)
+    write("jwt", Remember(kind="knowledge", memory_type="pattern", title="JWT auth",
+                          content="Short-lived JSON web tokens, no server session",
+                          tags=("JWT", "後端")), days=1)
+    write("doc", Remember(kind="state", memory_type="commitment", content="Send the design doc",
+                          owner="user", due_at=clock.now + timedelta(days=2)))
+    write("launch", state("launch_date", "2026-08-01", subject="fibon", scope="project",
+                          project_id="fibon", memory_type="decision"))
+    app.remember(other, state("address", "Secret other-tenant city"))
+    clock.advance(days=5)
+    project_log(settings, app, admin=admin_db)
+    queries = create_queries(settings, clock)
+    yield app, queries, clock, tenant, other, ids
+    queries.close()
+    app.close()
+
+
+def found(result: Any) -> list[str]:
+    return [card.value for card in result.results]
+
+
+def test_a_current_question_finds_the_current_value_only(world) -> None:
+    app, queries, clock, tenant, _, ids = world
+    result = queries.search(tenant, "where does the user live?")
+    assert found(result)[0] == "Kaohsiung"
+    assert "Taipei" not in found(result)
+    assert set(result.diagnostics.routes) == {"semantic", "tags", "fuzzy", "temporal", "graph"}
+    assert all(r.status == "ok" for r in result.diagnostics.routes.values())
+
+
+def test_as_of_works_on_the_whole_retrieval(world) -> None:
+    _, queries, clock, tenant, _, ids = world
+    before_move = clock.now - timedelta(days=15)
+    result = queries.search(tenant, queries.query("where does the user live?", valid_at=before_move,
+                                                  known_at=before_move))
+    assert "Taipei" in found(result) and "Kaohsiung" not in found(result)
+    assert result.valid_at == before_move
+    # valid back then, as we know it now: Taipei, marked superseded since, kept because as-of
+    later = queries.search(tenant, queries.query("where does the user live?", valid_at=before_move))
+    taipei = next(c for c in later.results if c.card_id == ids["taipei"])
+    assert taipei.superseded
+
+
+def test_temporal_words_resolve_against_the_clock(world) -> None:
+    _, queries, clock, tenant, _, ids = world
+    ago = (clock.now - TALK_AT).days
+    result = queries.search(tenant, f"what did I do {ago} days ago?")
+    explained = queries.search(tenant, queries.query(f"what did I do {ago} days ago?", explain=True))
+    assert found(result)[0].startswith("Gave a talk"), [(c.value, c.explain) for c in explained.results]
+    assert "days ago" in (result.diagnostics.routes["temporal"].detail or "")
+
+
+def test_an_ambiguous_time_word_skips_the_route_with_its_reason(world) -> None:
+    _, queries, _, tenant, _, _ = world
+    result = queries.search(tenant, "what did I do recently?")
+    report = result.diagnostics.routes["temporal"]
+    assert report.status == "error" and "ambiguous" in (report.detail or "")
+    assert result.diagnostics.routes["semantic"].status == "ok"
+
+
+def test_project_cards_need_the_project_and_pending_arbitration_is_none_here(world) -> None:
+    _, queries, _, tenant, _, ids = world
+    assert ids["launch"] not in {c.card_id for c in queries.search(tenant, "fibon launch date").results}
+    scoped = queries.search(tenant, queries.query("fibon launch date", project_id="fibon"))
+    assert scoped.results[0].card_id == ids["launch"]
+
+
+def test_tags_fold_scripts_and_synonyms(world) -> None:
+    _, queries, _, tenant, _, ids = world
+    for text in ("JWT", "json web token", "后端"):
+        result = queries.search(tenant, text)
+        assert result.results[0].card_id == ids["jwt"], text
+
+
+def test_explain_shows_routes_and_every_step(world) -> None:
+    _, queries, _, tenant, _, _ = world
+    result = queries.search(tenant, queries.query("Kaohsiung", explain=True))
+    trace = result.results[0].explain
+    assert trace is not None and set(trace) >= {"routes", "rrf", "decay", "scope_boost", "final"}
+    assert trace["final"]["rank"] == 1
+
+
+def test_a_write_not_yet_projected_replaces_what_it_supersedes(world) -> None:
+    app, queries, clock, tenant, _, ids = world
+    command = state("address", "Tainan")
+    written = app.remember(tenant, command)
+    pending = pending_state(command, written, clock.now)
+    assert pending is not None
+    result = queries.search(tenant, queries.query("where does the user live?"), pending=[pending])
+    assert found(result)[0] == "Tainan" and "Kaohsiung" not in found(result)
+    assert result.diagnostics.overlaid_writes == 1
+    # a caller who passes nothing sees the read models as they are
+    assert found(queries.search(tenant, "where does the user live?"))[0] == "Kaohsiung"
+
+
+def test_a_failing_route_is_reported_not_fatal(world, pg_settings) -> None:
+    _, queries, _, tenant, _, _ = world
+    retriever = queries.retriever
+    saved = retriever.routes
+    retriever.routes = [r if r.name != "tags" else Boom() for r in saved]
+    try:
+        result = queries.search(tenant, "Kaohsiung")
+    finally:
+        retriever.routes = saved
+    assert result.diagnostics.routes["tags"].status == "error"
+    assert "index corrupted" in (result.diagnostics.routes["tags"].detail or "")
+    assert found(result)[0] == "Kaohsiung"
+
+
+def test_a_slow_route_times_out_and_its_breaker_quarantines_it(pg_settings, world) -> None:
+    _, _, clock, tenant, _, _ = world
+    fast = pg_settings.retrieval.model_copy(update={"route_timeout_ms": 200, "breaker_window": 3})
+    settings = pg_settings.model_copy(update={"retrieval": fast})
+    queries: Queries = create_queries(settings, clock)
+    now = [0.0]
+    queries.retriever.monotonic = lambda: now[0]
+    queries.retriever.routes = [r if r.name != "fuzzy" else Slow() for r in queries.retriever.routes]
+    try:
+        statuses = []
+        for _ in range(4):
+            started = time.perf_counter()
+            result = queries.search(tenant, "Kaohsiung")
+            assert time.perf_counter() - started < 1.5  # never waits for the slow route
+            statuses.append(result.diagnostics.routes["fuzzy"].status)
+            now[0] += 1
+        assert statuses == ["timeout", "timeout", "timeout", "quarantined"]
+        assert found(result)[0] == "Kaohsiung"
+        now[0] += 31  # a probe is let through after 30 s
+        assert queries.search(tenant, "Kaohsiung").diagnostics.routes["fuzzy"].status == "timeout"
+    finally:
+        queries.close()
+
+
+def test_another_tenant_finds_nothing_of_the_first(world) -> None:
+    _, queries, _, tenant, other, _ = world
+    mine = found(queries.search(tenant, "Secret other-tenant city"))
+    theirs = found(queries.search(other, "Kaohsiung Taipei talk JWT"))
+    assert "Secret other-tenant city" not in mine
+    assert set(theirs) <= {"Secret other-tenant city"}
+
+
+def test_facts_history_and_briefing(world) -> None:
+    _, queries, clock, tenant, _, ids = world
+    assert [f.value for f in queries.facts(tenant, "user") if f.label == "address"] == ["Kaohsiung"]
+    past = clock.now - timedelta(days=15)
+    assert [f.value for f in queries.facts(tenant, "user", valid_at=past, known_at=past)] == ["Taipei"]
+    history = queries.history(tenant, "user/address")
+    taipei = next(h for h in history if h.card_id == ids["taipei"])
+    assert [v.change for v in taipei.versions] == ["recorded", "validity closed"]
+    assert taipei.versions[1].valid_to is not None and taipei.versions[0].known_to is not None
+    briefing = queries.briefing(tenant)
+    assert [i.card_id for i in briefing.overdue] == [ids["doc"]]
+    assert briefing.counts["overdue"] == 1 and briefing.counts["open"] == 0
+
+
+def test_an_expired_commitment_leaves_the_briefing(world) -> None:
+    app, queries, clock, tenant, _, ids = world
+    app.move(tenant, Move(card_id=ids["doc"], to="expire"))
+    project_log(queries.settings, app)
+    assert queries.briefing(tenant).counts["overdue"] == 0
+
+
+def test_the_command_line_speaks_json(world, pg_settings) -> None:
+    _, _, _, tenant, _, _ = world
+    env = {**os.environ, "PALIMPSEST_DATA_DIR": str(pg_settings.data_dir), "PALIMPSEST_TENANT": tenant,
+           "PALIMPSEST_AUTO_BOOTSTRAP": "false", "PALIMPSEST_TIME_ZONE": "Asia/Taipei"}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "services.cli", *args], env=env,
+                              capture_output=True, text=True, timeout=120)
+
+    done = run("search", "json web token", "--json")
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["results"] and answer["results"][0]["value"].startswith("Short-lived JSON"), answer
+    assert {"kind", "scope", "valid_from", "recorded_at", "superseded"} <= set(answer["results"][0])
+    assert set(answer) >= {"alerts", "diagnostics"}
+    bad = run("search", "x", "--valid-at", "yesterday-ish", "--json")
+    assert bad.returncode == 2 and "ISO 8601" in json.loads(bad.stdout)["error"]
+    context = run("context", "JWT")
+    assert context.returncode == 0 and "<current_time>" in context.stdout
+    assert "JWT auth: Short-lived JSON web tokens" in context.stdout
