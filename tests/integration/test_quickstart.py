@@ -30,6 +30,14 @@ def test_demo_prints_every_slot_with_both_timelines(tmp_path: Path) -> None:
     assert "corrected from 'Kickof meeting" in out
     assert "tags ['json web token', '后端', '资料库']" in out
     assert (tmp_path / "data" / "pg" / "PG_VERSION").exists()
+    questions = out.split("Questions, asked on", 1)[1]
+    current, as_of, week_zh, week_en, launch = questions.split("  ▸ ")[1:6]
+    assert current.splitlines()[1].strip().startswith("1. Kaohsiung")
+    assert as_of.splitlines()[1].strip().startswith("1. Kyoto")
+    for answer in (week_zh, week_en):
+        assert answer.splitlines()[1].strip().startswith("1. Gave a talk on PostgreSQL indexing")
+    assert "⚠ pending arbitration on fibon/launch_date" in launch
+    assert "<current_time>2026-10-31T09:00+08:00</current_time>" in launch
 
 
 def test_errors_are_reported_without_a_traceback(tmp_path: Path) -> None:
@@ -41,9 +49,14 @@ def test_errors_are_reported_without_a_traceback(tmp_path: Path) -> None:
     assert done.returncode != 0 and "Traceback" not in done.stderr
 
 
-def test_the_readme_python_example_runs(tmp_path: Path) -> None:
+def _examples() -> list[str]:
     readme = (Path(__file__).parents[2] / "README.md").read_text()
-    example = readme.split("```python\n", 1)[1].split("```\n", 1)[0]
+    return [block.split("```\n", 1)[0] for block in readme.split("```python\n")[1:]]
+
+
+@pytest.mark.parametrize("marker", ["create_app(Settings())", "create_queries(settings)"])
+def test_the_readme_python_examples_run(tmp_path: Path, marker: str) -> None:
+    (example,) = [block for block in _examples() if marker in block]
     env = {**os.environ, "PALIMPSEST_DATA_DIR": str(tmp_path / "data")}
     env.pop("PALIMPSEST_PERSISTENCE", None)
     done = subprocess.run(
