@@ -31,7 +31,7 @@ from datetime import date, datetime, timedelta
 
 from domain.errors import InvalidCommandError
 
-__all__ = ["AmbiguousTimeError", "TimeRange", "find_ranges", "resolve"]
+__all__ = ["AmbiguousTimeError", "TimeRange", "find_ranges", "resolve", "without_times"]
 
 
 @dataclass(frozen=True)
@@ -262,3 +262,16 @@ def find_ranges(text: str, now: datetime) -> list[TimeRange]:
     An ambiguous expression anywhere in the text raises AmbiguousTimeError.
     """
     return [time_range for _, _, time_range in _scan(text, now)]
+
+
+def without_times(text: str, now: datetime) -> str:
+    """``text`` with its time expressions cut out ("三天前的會議" → "的會議"), for matching words:
+    a time word is the temporal route's business. Text with an ambiguous expression comes back
+    unchanged."""
+    try:
+        found = _scan(text, now)
+    except AmbiguousTimeError:
+        return text
+    for begin, finish, _ in reversed(found):
+        text = text[:begin] + " " + text[finish:]
+    return text

@@ -31,7 +31,8 @@ _CURRENT = "SELECT " + _FIELDS.format(
 
 _AS_OF = "SELECT " + _FIELDS.format(
     value="v.content", title="v.title", status="v.status", valid_to="upper(v.valid)",
-    verified="v.verified_at", superseded="(NOT upper_inf(v.valid) OR v.status IS NOT DISTINCT FROM 'merged')",
+    verified="v.verified_at", superseded="((c.kind <> 'event' AND NOT upper_inf(v.valid))"
+    " OR v.status IS NOT DISTINCT FROM 'merged')",
     s="{s}") + """ FROM {s}.cards c JOIN {s}.card_versions v USING (tenant_id, card_id)
     WHERE c.card_id = ANY(%(ids)s::uuid[]) AND v.known @> %(known_at)s::timestamptz"""
 

@@ -1,9 +1,10 @@
-"""Fuzzy route: character level, no segmentation. CJK: the share of the query's character bigrams
-a card contains; Latin: pg_trgm ``word_similarity`` of the query's words (stop words dropped) to
-the card's folded text. Both measure how much of the *query* the card holds, in [0, 1], so the
-higher one wins. A card must reach ``fuzzy_threshold`` on bigrams or ``fuzzy_trigram_threshold``
-on trigrams (short Latin words share trigrams by chance, so that bar is higher). Top
-``fuzzy_top_k``."""
+"""Fuzzy route: character level, no segmentation, time words left to the temporal route.
+
+CJK: the share of the query's character bigrams a card contains; Latin: pg_trgm
+``word_similarity`` of the query's words (stop words dropped) to the card's folded text. Both
+measure how much of the *query* the card holds, in [0, 1], so the higher one wins. A card must
+reach ``fuzzy_threshold`` on bigrams or ``fuzzy_trigram_threshold`` on trigrams (short Latin
+words share trigrams by chance, so that bar is higher). Top ``fuzzy_top_k``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from psycopg import sql
 
 from projections.text import cjk_bigrams, latin_words
 from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters
+from services.timeexpr import without_times
 
 _BIGRAMS = ("cardinality(ARRAY(SELECT unnest(c.bigrams) INTERSECT SELECT unnest(%(bigrams)s::text[])))"
             "::float4 / %(nbigrams)s")
@@ -21,7 +23,7 @@ _TRIGRAMS = "word_similarity(%(latin)s, c.fuzzy_text)"
 
 _SQL = """SELECT card_id FROM (
     SELECT c.card_id, c.recorded_at, {bigram} AS b, {trigram} AS t FROM {s}.cards c
-    WHERE ({match}) AND c.card_id IN ({visible})) AS m
+    WHERE ({match}) AND {visible}) AS m
 WHERE b >= %(threshold)s OR t >= %(trigram_threshold)s
 ORDER BY greatest(b, t) DESC, recorded_at DESC, card_id LIMIT %(limit)s"""
 
@@ -30,7 +32,8 @@ class FuzzyRoute:
     name = "fuzzy"
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
-        bigrams, latin = list(cjk_bigrams(query.text)), " ".join(latin_words(query.text))
+        text = without_times(query.text, query.reference_time)
+        bigrams, latin = list(cjk_bigrams(text)), " ".join(latin_words(text))
         if not bigrams and not latin:
             return Hits([], "nothing to match")
         matches = []

@@ -1,7 +1,9 @@
 """Graph route: a 1-hop walk on ``card_relations`` (both directions) from the top
-``graph_seeds`` cards the other routes fused, at most ``graph_neighbours`` visible neighbours,
-ranked by their best seed's rank, then the most recently linked. It runs after the others, on
-its own ``graph_budget_ms`` statement timeout."""
+``graph_seeds`` cards the other routes fused — a state card also from its slot, which is what an
+event ``affects``, and a slot reached stands for its cards. At most ``graph_neighbours`` visible
+neighbours (a seed linked to another seed included: they support each other), ranked by their
+best seed's rank, then the most recently linked.
+It runs after the others, on its own ``graph_budget_ms`` statement timeout."""
 
 from __future__ import annotations
 
@@ -13,16 +15,26 @@ from psycopg import sql
 from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters
 
 _SQL = """WITH seeds AS (SELECT * FROM unnest(%(seeds)s::uuid[]) WITH ORDINALITY AS s(id, rank)),
-linked AS (
-    SELECT s.rank, r.dst_id AS card_id, r.edge, r.recorded_at
-    FROM seeds s JOIN {s}.card_relations r ON r.src_id = s.id
+starts AS (  -- a state card stands for its slot too: events link to the slot they affect
+    SELECT id, rank FROM seeds
     UNION ALL
-    SELECT s.rank, r.src_id, r.edge, r.recorded_at
-    FROM seeds s JOIN {s}.card_relations r ON r.dst_id = s.id)
-SELECT card_id, min(rank) AS seed_rank, max(recorded_at) AS linked_at,
-       string_agg(DISTINCT edge, ',') AS edges
-FROM linked WHERE card_id IN ({visible})
-GROUP BY card_id ORDER BY seed_rank, linked_at DESC, card_id LIMIT %(limit)s"""
+    SELECT x.aggregate_id, s.rank FROM seeds s JOIN {s}.cards x ON x.card_id = s.id
+    WHERE x.aggregate_id <> x.card_id),
+linked AS (
+    SELECT t.rank, r.dst_id AS node, r.recorded_at
+    FROM starts t JOIN {s}.card_relations r ON r.src_id = t.id
+    UNION ALL
+    SELECT t.rank, r.src_id, r.recorded_at
+    FROM starts t JOIN {s}.card_relations r ON r.dst_id = t.id),
+reached AS (  -- a slot reached stands for its cards
+    SELECT l.rank, l.recorded_at, x.card_id FROM linked l JOIN {s}.cards x ON x.card_id = l.node
+    UNION ALL
+    SELECT l.rank, l.recorded_at, x.card_id FROM linked l JOIN {s}.cards x ON x.aggregate_id = l.node
+    WHERE x.aggregate_id <> x.card_id)
+SELECT r.card_id, min(r.rank) AS seed_rank, max(r.recorded_at) AS linked_at
+FROM reached r JOIN {s}.cards c ON c.card_id = r.card_id
+WHERE {visible}
+GROUP BY r.card_id ORDER BY seed_rank, linked_at DESC, r.card_id LIMIT %(limit)s"""
 
 
 class GraphRoute:

@@ -89,8 +89,10 @@ def _same_slot(a: Candidate, b: Candidate) -> bool:
 
 def process(rankings: Mapping[str, Sequence[UUID]], candidates: Mapping[UUID, Candidate], *,
             now: datetime, as_of: bool, current_project: str | None, tuning: Tuning = Tuning(),
-            pending: Sequence[PendingWrite] = (), top: int | None = None) -> Outcome:
-    """The whole chain; ``now`` is the query's reference time (the as-of moment for as-of)."""
+            pending: Sequence[PendingWrite] = (), top: int | None = None,
+            decay_at: datetime | None = None) -> Outcome:
+    """The whole chain; ``now`` is the query's reference time (the as-of moment for as-of);
+    ``decay_at`` where decay counts to, when not ``now`` (a question about April: April's end)."""
     ranks = route_ranks(rankings)
     fused = {card_id: score for card_id, score in rrf(rankings, tuning.rrf_k).items()
              if card_id in candidates}
@@ -99,7 +101,7 @@ def process(rankings: Mapping[str, Sequence[UUID]], candidates: Mapping[UUID, Ca
     scores: dict[UUID, float] = {}
     for card_id, score in fused.items():
         card = candidates[card_id]
-        days = max(0.0, (now - decay_anchor(card)).total_seconds() / 86_400)
+        days = max(0.0, ((decay_at or now) - decay_anchor(card)).total_seconds() / 86_400)
         rate = tuning.decay.rate(card)
         decayed = score * math.exp(-rate * days)
         boost = tuning.boosts.factor(card, current_project)

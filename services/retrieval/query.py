@@ -1,15 +1,15 @@
 """What a retrieval asks, and the one SQL predicate every route applies: tenant (row-level
 security), scope, and the bi-temporal window.
 
-A current query reads the ``cards`` table: cards not retracted whose validity is still open (events
-always). An as-of query reads ``card_versions``: the version known at ``known_at`` that was valid at
-``valid_at``; for an event, one that had happened by ``valid_at``. Merged knowledge cards are
+A current query sees cards not retracted whose validity is still open (events always). An as-of
+query sees a card when ``card_versions`` holds a version known at ``known_at`` and valid at
+``valid_at`` (for an event, one that had happened by ``valid_at``). Merged knowledge cards are
 superseded by their survivor.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 from uuid import UUID
@@ -37,7 +37,6 @@ class RetrievalQuery:
     known_at: datetime | None = None
     explain: bool = False
     top_n: int | None = None
-    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def __post_init__(self) -> None:
         if not self.text.strip():
@@ -76,19 +75,19 @@ _SCOPE = """(c.scope = 'personal'
     OR (c.scope = 'group' AND c.group_id = ANY(%(group_ids)s::text[]))
     OR (c.scope = 'global' AND %(include_global)s))"""
 
-_CURRENT = """SELECT c.card_id FROM {s}.cards c
-    WHERE c.retracted_at IS NULL AND c.valid_to IS NULL AND c.merged_into IS NULL AND """ + _SCOPE
+_CURRENT = "c.retracted_at IS NULL AND c.valid_to IS NULL AND c.merged_into IS NULL AND " + _SCOPE
 
-_AS_OF = """SELECT c.card_id FROM {s}.cards c JOIN {s}.card_versions v USING (tenant_id, card_id)
-    WHERE v.known @> %(known_at)s::timestamptz AND NOT v.retracted
+_AS_OF = """EXISTS (SELECT 1 FROM {s}.card_versions v
+    WHERE v.tenant_id = c.tenant_id AND v.card_id = c.card_id
+      AND v.known @> %(known_at)s::timestamptz AND NOT v.retracted
       AND CASE WHEN c.kind = 'event' THEN lower(v.valid) <= %(valid_at)s::timestamptz
                ELSE v.valid @> %(valid_at)s::timestamptz END
-      AND v.status IS DISTINCT FROM 'merged' AND """ + _SCOPE
+      AND v.status IS DISTINCT FROM 'merged') AND """ + _SCOPE
 
 
 def visible(query: RetrievalQuery, schema: str) -> sql.Composed:
-    """``SELECT c.card_id …`` of the cards the query may see; its parameters come from
-    :func:`parameters`. Routes use it as ``WHERE card_id IN (…)`` or a CTE."""
+    """A condition on the card ``c`` (a row of ``cards``): may the query see it? Its parameters
+    come from :func:`parameters`. Checked row by row, so a route that has found 20 cards checks 20."""
     return sql.SQL(_AS_OF if query.as_of else _CURRENT).format(s=sql.Identifier(schema))
 
 

@@ -10,11 +10,13 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 from psycopg import sql
 
+from domain.errors import InvalidCommandError
 from infra.embedders import Embedder
 from infra.settings import RetrievalSettings
 from projections.text import warm_up
@@ -37,6 +39,7 @@ from services.retrieval.scoring import DecayPolicy, ScopeBoost, rrf
 from services.retrieval.semantic import SemanticRoute
 from services.retrieval.tags import TagsRoute
 from services.retrieval.temporal import TemporalRoute
+from services.timeexpr import find_ranges
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +108,7 @@ class Retriever:
             unprojected = [w for w in pending if projected is None or w.position > projected]
             outcome = process(rankings, candidates, now=query.reference_time, as_of=query.as_of,
                               current_project=query.project_id, tuning=self.tuning,
-                              pending=unprojected, top=query.top_n)
+                              pending=unprojected, top=query.top_n, decay_at=decay_at(query))
             chosen = [outcome.candidates[card_id] for card_id, _ in outcome.ranked]
             arbitrations = load_arbitrations(
                 conn, self.ctx, query, [records[c.card_id]["aggregate_id"] for c in chosen
@@ -179,6 +182,16 @@ class Retriever:
                 sql.Literal(int(budget_ms) + 250)))
             hits = route(conn, query, self.ctx, **extra)
         return hits, (time.perf_counter() - started) * 1000
+
+
+def decay_at(query: RetrievalQuery) -> datetime:
+    """A question that names a time is about that time: decay counts to the end of the latest
+    range it names (never past the reference time); otherwise to the reference time."""
+    try:
+        ranges = find_ranges(query.text, query.reference_time)
+    except InvalidCommandError:
+        ranges = []
+    return min([query.reference_time, *(r.end for r in ranges[-1:])])
 
 
 def _pending_record(write: PendingWrite) -> dict[str, Any]:

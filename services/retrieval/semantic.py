@@ -21,8 +21,8 @@ _SQL = """WITH nearest AS MATERIALIZED (
     SELECT e.card_id, e.embedding <=> %(vector)s::vector AS distance
     FROM {s}.card_embeddings e WHERE e.model = %(model)s
     ORDER BY distance LIMIT %(candidates)s)
-SELECT n.card_id FROM nearest n
-WHERE n.distance <= 1 - %(min_similarity)s AND n.card_id IN ({visible})
+SELECT n.card_id FROM nearest n JOIN {s}.cards c ON c.card_id = n.card_id
+WHERE n.distance <= 1 - %(min_similarity)s AND {visible}
 ORDER BY n.distance, n.card_id LIMIT %(limit)s"""
 
 
@@ -40,7 +40,9 @@ class SemanticRoute:
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
         settings = ctx.settings
         candidates = min(max(settings.semantic_candidates, settings.semantic_top_k), 1_000)
-        conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(candidates)))
+        # the index is shared by every tenant and model: keep scanning until enough pass the filter
+        conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}; SET LOCAL hnsw.iterative_scan = "
+                             "relaxed_order").format(sql.Literal(candidates)))
         statement = sql.SQL(_SQL).format(s=ctx.s, visible=ctx.visible(query))
         rows = conn.execute(statement, {
             **parameters(query), "vector": self.vector(query.text), "model": self.embedder.model,

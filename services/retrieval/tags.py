@@ -1,9 +1,10 @@
 """Tags route: the query's terms (jieba for Chinese with the Traditional dictionary, plain words
 for Latin; normalised like card tags, so 資料庫 meets 数据库 and JWT meets "json web token") against
-each card's terms and tags, and the words of a state card's label ("launch date" meets
-``launch_date``) or that it names by a known word (``services/retrieval/lexicon.py``: "live", 住 →
-``address``). Every hit counts, ranked by how many query terms it shares, then the
-newest first; ``tags_limit`` only caps a term that half the cards carry."""
+each card's terms and tags, the words of a state card's slot ("fibon launch date" meets
+``fibon/launch_date``; the user's own subject is no evidence) or a label or memory type it names
+by a known word (``services/retrieval/lexicon.py``: "live", 住 → ``address``). Every hit counts,
+ranked by how many query terms it shares, then the newest first; ``tags_limit`` only caps a term
+that half the cards carry."""
 
 from __future__ import annotations
 
@@ -13,31 +14,50 @@ import psycopg
 from psycopg import sql
 
 from projections.text import terms
-from services.retrieval.lexicon import labels_named
+from services.retrieval.lexicon import labels_named, types_named
 from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters
+from services.timeexpr import without_times
 
-_SQL = """WITH slot_words AS (
+_BY_TYPE = """
+    UNION
+    SELECT c.card_id FROM {s}.cards c WHERE c.memory_type = ANY(%(types)s::text[])"""
+
+_SQL = """WITH slot_words AS MATERIALIZED (
     SELECT slot_id, words FROM (
-        SELECT slot_id, label, regexp_split_to_array(lower(translate(label, '_-', '  ')),
-                                              '\\s+') AS words FROM {s}.slots) AS w
-    WHERE words && %(terms)s::text[] OR label = ANY(%(labels)s::text[]))
-SELECT c.card_id, (w.slot_id IS NOT NULL)::int + cardinality(ARRAY(
+        SELECT slot_id, label, regexp_split_to_array(lower(translate(
+            CASE WHEN lower(subject) = ANY(%(default_subjects)s::text[]) THEN label
+                 ELSE subject || ' ' || label END, '_-', '  ')), '\\s+') AS words
+        FROM {s}.slots) AS w
+    WHERE words && %(terms)s::text[] OR label = ANY(%(labels)s::text[])),
+hits AS (
+    SELECT c.card_id FROM {s}.cards c WHERE c.terms && %(terms)s::text[]
+    UNION
+    SELECT c.card_id FROM slot_words w JOIN {s}.cards c ON c.aggregate_id = w.slot_id{by_type})
+SELECT c.card_id, (w.slot_id IS NOT NULL OR c.memory_type = ANY(%(types)s::text[]))::int + cardinality(ARRAY(
     SELECT unnest(c.terms || coalesce(w.words, '{{}}')) INTERSECT SELECT unnest(%(terms)s::text[]))) AS shared
-FROM {s}.cards c LEFT JOIN slot_words w ON w.slot_id = c.aggregate_id
-WHERE (c.terms && %(terms)s::text[] OR w.slot_id IS NOT NULL) AND c.card_id IN ({visible})
+FROM hits h JOIN {s}.cards c ON c.card_id = h.card_id LEFT JOIN slot_words w ON w.slot_id = c.aggregate_id
+WHERE {visible}
 ORDER BY shared DESC, c.recorded_at DESC, c.card_id LIMIT %(limit)s"""
+
+
+#: Subjects that stand for the user: every personal slot has one, so they say nothing.
+DEFAULT_SUBJECTS = ("user", "me", "i", "self", "我")
 
 
 class TagsRoute:
     name = "tags"
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
-        wanted = list(terms(query.text))
+        wanted = list(terms(without_times(query.text, query.reference_time)))
         if not wanted:
             return Hits([], "no terms in the query")
-        statement = sql.SQL(_SQL).format(s=ctx.s, visible=ctx.visible(query))
-        labels = labels_named(wanted)
-        rows = conn.execute(statement, {**parameters(query), "terms": wanted, "labels": labels,
-                                        "limit": ctx.settings.tags_limit}).fetchall()
-        note = "terms: " + " | ".join(wanted) + (f"; labels: {', '.join(labels)}" if labels else "")
+        labels, types = labels_named(wanted), types_named(wanted)
+        by_type = sql.SQL(_BY_TYPE).format(s=ctx.s) if types else sql.SQL("")
+        statement = sql.SQL(_SQL).format(s=ctx.s, visible=ctx.visible(query), by_type=by_type)
+        rows = conn.execute(statement, {
+            **parameters(query), "terms": wanted, "labels": labels, "types": types,
+            "default_subjects": list(DEFAULT_SUBJECTS), "limit": ctx.settings.tags_limit}).fetchall()
+        named = (("labels", labels), ("types", types))
+        note = "terms: " + " | ".join(wanted) + "".join(
+            f"; {name}: {', '.join(found)}" for name, found in named if found)
         return Hits([row["card_id"] for row in rows], note)

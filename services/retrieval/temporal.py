@@ -19,7 +19,7 @@ from services.retrieval.query import Hits, RetrievalQuery, RouteContext, paramet
 from services.timeexpr import find_ranges
 
 _SQL = """SELECT c.card_id FROM {s}.cards c
-WHERE c.card_id IN ({visible}) AND EXISTS (
+WHERE {visible} AND EXISTS (
     SELECT 1 FROM unnest(%(starts)s::timestamptz[], %(ends)s::timestamptz[]) AS r(lo, hi)
     WHERE (c.occurred_at >= r.lo AND c.occurred_at < r.hi)
        OR (c.kind <> 'event' AND ((c.valid_from >= r.lo AND c.valid_from < r.hi)
