@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench typecheck clean
+.PHONY: demo test bench bench-retrieval typecheck clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,9 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_pipeline
+
+bench-retrieval: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_retrieval
 
 typecheck: $(STAMP)
 	$(BIN)/mypy domain services infra projections

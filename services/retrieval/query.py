@@ -47,6 +47,8 @@ class RetrievalQuery:
             value = getattr(self, name)
             if value is not None and value.utcoffset() is None:
                 raise InvalidCommandError(f"{name} must carry a time zone")
+        if self.known_at is not None and self.known_at > self.now:
+            raise InvalidCommandError("known_at lies after now: nothing is known about the future yet")
         if self.top_n is not None and self.top_n < 1:
             raise InvalidCommandError("top_n must be at least 1")
 

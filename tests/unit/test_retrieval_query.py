@@ -23,6 +23,11 @@ def statement(q: RetrievalQuery, schema: str = "read_1") -> str:
 
 
 class TestValidation:
+    def test_knowledge_from_the_future_is_refused(self) -> None:
+        with pytest.raises(InvalidCommandError, match="known_at"):
+            query(known_at=NOW + timedelta(seconds=1))
+        assert query(known_at=NOW).as_of
+
     @pytest.mark.parametrize("text", ["", "   ", "\n\t"])
     def test_an_empty_query_is_refused(self, text: str) -> None:
         with pytest.raises(InvalidCommandError, match="empty"):
