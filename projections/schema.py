@@ -89,9 +89,14 @@ CREATE TABLE IF NOT EXISTS {s}.cards (
 CREATE INDEX IF NOT EXISTS cards_current ON {s}.cards (tenant_id, kind, scope)
     WHERE retracted_at IS NULL AND valid_to IS NULL;
 CREATE INDEX IF NOT EXISTS cards_slot ON {s}.cards (tenant_id, aggregate_id);
+CREATE INDEX IF NOT EXISTS cards_type ON {s}.cards (tenant_id, memory_type);
 CREATE INDEX IF NOT EXISTS cards_valid ON {s}.cards USING gist (tenant_id, valid);
 CREATE INDEX IF NOT EXISTS cards_occurred ON {s}.cards (tenant_id, occurred_at)
     WHERE occurred_at IS NOT NULL;
+-- The temporal route: what began (events: occurred) or ended inside a range.
+CREATE INDEX IF NOT EXISTS cards_valid_from ON {s}.cards (tenant_id, valid_from);
+CREATE INDEX IF NOT EXISTS cards_valid_to ON {s}.cards (tenant_id, valid_to)
+    WHERE valid_to IS NOT NULL;
 CREATE INDEX IF NOT EXISTS cards_terms ON {s}.cards USING gin (terms);
 CREATE INDEX IF NOT EXISTS cards_bigrams ON {s}.cards USING gin (bigrams);
 CREATE INDEX IF NOT EXISTS cards_trigrams ON {s}.cards USING gin (fuzzy_text gin_trgm_ops);
@@ -123,6 +128,8 @@ CREATE TABLE IF NOT EXISTS {s}.card_embeddings (
     PRIMARY KEY (tenant_id, card_id),
     FOREIGN KEY (tenant_id, card_id) REFERENCES {s}.nodes (tenant_id, node_id)
 );
+-- Kept in the row where it fits (a 512-d vector is 2 KB): ranking reads it for every candidate.
+ALTER TABLE {s}.card_embeddings ALTER COLUMN embedding SET STORAGE MAIN;
 
 CREATE TABLE IF NOT EXISTS {s}.card_relations (
     tenant_id text NOT NULL,

@@ -178,7 +178,9 @@ class Retriever:
         with self.read.tenant(tenant_id) as conn:
             # the server cancels a little after the caller stopped waiting: the route reads as
             # timed out, and its connection is back in the pool soon after
-            conn.execute(sql.SQL("SET LOCAL statement_timeout = {}").format(
+            # the routes already run side by side on few cores: no parallel workers per route
+            conn.execute(sql.SQL("SET LOCAL statement_timeout = {}; "
+                                 "SET LOCAL max_parallel_workers_per_gather = 0").format(
                 sql.Literal(int(budget_ms) + 250)))
             hits = route(conn, query, self.ctx, **extra)
         return hits, (time.perf_counter() - started) * 1000

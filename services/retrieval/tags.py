@@ -18,26 +18,32 @@ from services.retrieval.lexicon import labels_named, types_named
 from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters
 from services.timeexpr import without_times
 
-_BY_TYPE = """
-    UNION
-    SELECT c.card_id FROM {s}.cards c WHERE c.memory_type = ANY(%(types)s::text[])"""
-
-_SQL = """WITH slot_words AS MATERIALIZED (
+_SLOT_WORDS = """WITH slot_words AS MATERIALIZED (
     SELECT slot_id, words FROM (
         SELECT slot_id, label, regexp_split_to_array(lower(translate(
             CASE WHEN lower(subject) = ANY(%(default_subjects)s::text[]) THEN label
                  ELSE subject || ' ' || label END, '_-', '  ')), '\\s+') AS words
         FROM {s}.slots) AS w
-    WHERE words && %(terms)s::text[] OR label = ANY(%(labels)s::text[])),
-hits AS (
-    SELECT c.card_id FROM {s}.cards c WHERE c.terms && %(terms)s::text[]
-    UNION
-    SELECT c.card_id FROM slot_words w JOIN {s}.cards c ON c.aggregate_id = w.slot_id{by_type})
-SELECT c.card_id, (w.slot_id IS NOT NULL OR c.memory_type = ANY(%(types)s::text[]))::int + cardinality(ARRAY(
-    SELECT unnest(c.terms || coalesce(w.words, '{{}}')) INTERSECT SELECT unnest(%(terms)s::text[]))) AS shared
-FROM hits h JOIN {s}.cards c ON c.card_id = h.card_id LEFT JOIN slot_words w ON w.slot_id = c.aggregate_id
-WHERE {visible}
-ORDER BY shared DESC, c.recorded_at DESC, c.card_id LIMIT %(limit)s"""
+    WHERE words && %(terms)s::text[] OR label = ANY(%(labels)s::text[]))"""
+
+#: One branch per way in, each on its own index (GIN on terms, the slot index, the type index);
+#: UNION drops the card a second branch finds again (its row is the same).
+_BRANCH = """SELECT c.card_id, c.recorded_at, (w.slot_id IS NOT NULL
+        OR c.memory_type = ANY(%(types)s::text[]))::int + cardinality(ARRAY(
+        SELECT unnest(c.terms || coalesce(w.words, '{{}}')) INTERSECT SELECT unnest(%(terms)s::text[])))
+        AS shared
+    FROM {source} WHERE {where} AND {visible}"""
+
+_SOURCES = (
+    ("{s}.cards c LEFT JOIN slot_words w ON w.slot_id = c.aggregate_id", "c.terms && %(terms)s::text[]"),
+    ("slot_words w JOIN {s}.cards c ON c.aggregate_id = w.slot_id", "true"),
+)
+_BY_TYPE = ("{s}.cards c LEFT JOIN slot_words w ON w.slot_id = c.aggregate_id",
+            "c.memory_type = ANY(%(types)s::text[])")
+
+_SQL = """{slot_words}
+SELECT card_id FROM ({branches}) AS hits
+ORDER BY shared DESC, recorded_at DESC, card_id LIMIT %(limit)s"""
 
 
 #: Subjects that stand for the user: every personal slot has one, so they say nothing.
@@ -52,8 +58,12 @@ class TagsRoute:
         if not wanted:
             return Hits([], "no terms in the query")
         labels, types = labels_named(wanted), types_named(wanted)
-        by_type = sql.SQL(_BY_TYPE).format(s=ctx.s) if types else sql.SQL("")
-        statement = sql.SQL(_SQL).format(s=ctx.s, visible=ctx.visible(query), by_type=by_type)
+        branches = sql.SQL("\n    UNION\n    ").join(
+            sql.SQL(_BRANCH).format(source=sql.SQL(source).format(s=ctx.s), where=sql.SQL(where),
+                                    visible=ctx.visible(query))
+            for source, where in (*_SOURCES, *([_BY_TYPE] if types else [])))
+        statement = sql.SQL(_SQL).format(slot_words=sql.SQL(_SLOT_WORDS).format(s=ctx.s),
+                                         branches=branches)
         rows = conn.execute(statement, {
             **parameters(query), "terms": wanted, "labels": labels, "types": types,
             "default_subjects": list(DEFAULT_SUBJECTS), "limit": ctx.settings.tags_limit}).fetchall()

@@ -18,14 +18,13 @@ from psycopg import sql
 from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters
 from services.timeexpr import find_ranges
 
-_SQL = """SELECT c.card_id FROM {s}.cards c
-WHERE {visible} AND EXISTS (
-    SELECT 1 FROM unnest(%(starts)s::timestamptz[], %(ends)s::timestamptz[]) AS r(lo, hi)
-    WHERE (c.occurred_at >= r.lo AND c.occurred_at < r.hi)
-       OR (c.kind <> 'event' AND ((c.valid_from >= r.lo AND c.valid_from < r.hi)
-                                  OR (c.valid_to >= r.lo AND c.valid_to < r.hi))))
+_SQL = """SELECT c.card_id FROM {s}.cards c WHERE ({ranges}) AND {visible}
 ORDER BY c.kind = 'event' DESC, coalesce(c.occurred_at, c.valid_from) DESC, c.card_id
 LIMIT %(limit)s"""
+
+#: An event's ``valid_from`` is its ``occurred_at``: one index serves "occurred" and "began".
+_RANGE = ("(c.valid_from >= %(lo{i})s AND c.valid_from < %(hi{i})s) OR (c.kind <> 'event' "
+          "AND c.valid_to >= %(lo{i})s AND c.valid_to < %(hi{i})s)")
 
 
 class TemporalRoute:
@@ -35,9 +34,11 @@ class TemporalRoute:
         ranges = find_ranges(query.text, query.reference_time)
         if not ranges:
             return Hits([], "no time expression")
-        statement = sql.SQL(_SQL).format(s=ctx.s, visible=ctx.visible(query))
-        rows = conn.execute(statement, {
-            **parameters(query), "starts": [r.start for r in ranges], "ends": [r.end for r in ranges],
-            "limit": ctx.settings.temporal_limit}).fetchall()
+        where = sql.SQL(" OR ".join(_RANGE.format(i=i) for i in range(len(ranges))))
+        statement = sql.SQL(_SQL).format(s=ctx.s, visible=ctx.visible(query), ranges=where)
+        bounds = {f"{name}{i}": value for i, r in enumerate(ranges)
+                  for name, value in (("lo", r.start), ("hi", r.end))}
+        rows = conn.execute(statement, {**parameters(query), **bounds,
+                                        "limit": ctx.settings.temporal_limit}).fetchall()
         note = "; ".join(f"{r.expression!r} → [{r.start.isoformat()}, {r.end.isoformat()})" for r in ranges)
         return Hits([row["card_id"] for row in rows], note)
