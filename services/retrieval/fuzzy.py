@@ -14,11 +14,11 @@ import psycopg
 from psycopg import sql
 
 from projections.text import cjk_bigrams, latin_words
-from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters
+from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters, shared_count
 from services.timeexpr import without_times
 
-_BIGRAMS = ("cardinality(ARRAY(SELECT unnest(c.bigrams) INTERSECT SELECT unnest(%(bigrams)s::text[])))"
-            "::float4 / %(nbigrams)s")
+#: Bigrams of a query beyond this many are not counted (the first ones are).
+MAX_BIGRAMS = 32
 _TRIGRAMS = "word_similarity(%(latin)s, c.fuzzy_text)"
 
 _SQL = """SELECT card_id FROM (
@@ -33,7 +33,7 @@ class FuzzyRoute:
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
         text = without_times(query.text, query.reference_time)
-        bigrams, latin = list(cjk_bigrams(text)), " ".join(latin_words(text))
+        bigrams, latin = list(cjk_bigrams(text))[:MAX_BIGRAMS], " ".join(latin_words(text))
         if not bigrams and not latin:
             return Hits([], "nothing to match")
         matches = []
@@ -43,13 +43,14 @@ class FuzzyRoute:
             matches.append("%(latin)s <%% c.fuzzy_text")
             conn.execute(sql.SQL("SET LOCAL pg_trgm.word_similarity_threshold = {}").format(
                 sql.Literal(ctx.settings.fuzzy_trigram_threshold)))
+        shared, names = shared_count("c.bigrams", "b", bigrams)
+        bigram = shared + sql.SQL("::float4 / %(nbigrams)s") if bigrams else sql.SQL("0::float4")
         statement = sql.SQL(_SQL).format(
             s=ctx.s, visible=ctx.visible(query), match=sql.SQL(" OR ".join(matches)),
-            bigram=sql.SQL(_BIGRAMS if bigrams else "0::float4"),
-            trigram=sql.SQL(_TRIGRAMS if latin else "0::float4"))
+            bigram=bigram, trigram=sql.SQL(_TRIGRAMS if latin else "0::float4"))
         settings = ctx.settings
         rows = conn.execute(statement, {
-            **parameters(query), "bigrams": bigrams, "nbigrams": len(bigrams), "latin": latin,
+            **parameters(query), **names, "bigrams": bigrams, "nbigrams": len(bigrams), "latin": latin,
             "threshold": settings.fuzzy_threshold, "trigram_threshold": settings.fuzzy_trigram_threshold,
             "limit": settings.fuzzy_top_k}).fetchall()
         return Hits([row["card_id"] for row in rows])

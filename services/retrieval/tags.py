@@ -15,7 +15,7 @@ from psycopg import sql
 
 from projections.text import terms
 from services.retrieval.lexicon import labels_named, types_named
-from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters
+from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters, shared_count
 from services.timeexpr import without_times
 
 _SLOT_WORDS = """WITH slot_words AS MATERIALIZED (
@@ -29,9 +29,7 @@ _SLOT_WORDS = """WITH slot_words AS MATERIALIZED (
 #: One branch per way in, each on its own index (GIN on terms, the slot index, the type index);
 #: UNION drops the card a second branch finds again (its row is the same).
 _BRANCH = """SELECT c.card_id, c.recorded_at, (w.slot_id IS NOT NULL
-        OR c.memory_type = ANY(%(types)s::text[]))::int + cardinality(ARRAY(
-        SELECT unnest(c.terms || coalesce(w.words, '{{}}')) INTERSECT SELECT unnest(%(terms)s::text[])))
-        AS shared
+        OR c.memory_type = ANY(%(types)s::text[]))::int + {shared} AS shared
     FROM {source} WHERE {where} AND {visible}"""
 
 _SOURCES = (
@@ -46,6 +44,9 @@ SELECT card_id FROM ({branches}) AS hits
 ORDER BY shared DESC, recorded_at DESC, card_id LIMIT %(limit)s"""
 
 
+#: Terms of a query beyond this many are not matched (the first ones are).
+MAX_TERMS = 32
+
 #: Subjects that stand for the user: every personal slot has one, so they say nothing.
 DEFAULT_SUBJECTS = ("user", "me", "i", "self", "我")
 
@@ -54,18 +55,19 @@ class TagsRoute:
     name = "tags"
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
-        wanted = list(terms(without_times(query.text, query.reference_time)))
+        wanted = list(terms(without_times(query.text, query.reference_time)))[:MAX_TERMS]
         if not wanted:
             return Hits([], "no terms in the query")
         labels, types = labels_named(wanted), types_named(wanted)
+        shared, names = shared_count("(c.terms || coalesce(w.words, '{}'))", "t", wanted)
         branches = sql.SQL("\n    UNION\n    ").join(
             sql.SQL(_BRANCH).format(source=sql.SQL(source).format(s=ctx.s), where=sql.SQL(where),
-                                    visible=ctx.visible(query))
+                                    visible=ctx.visible(query), shared=shared)
             for source, where in (*_SOURCES, *([_BY_TYPE] if types else [])))
         statement = sql.SQL(_SQL).format(slot_words=sql.SQL(_SLOT_WORDS).format(s=ctx.s),
                                          branches=branches)
         rows = conn.execute(statement, {
-            **parameters(query), "terms": wanted, "labels": labels, "types": types,
+            **parameters(query), **names, "terms": wanted, "labels": labels, "types": types,
             "default_subjects": list(DEFAULT_SUBJECTS), "limit": ctx.settings.tags_limit}).fetchall()
         named = (("labels", labels), ("types", types))
         note = "terms: " + " | ".join(wanted) + "".join(
