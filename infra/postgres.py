@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -76,6 +77,18 @@ def start_embedded(data_dir: Path) -> Database:
             else:
                 os.environ[key] = value
     return Database.from_dsn(server.get_uri())
+
+
+def stop_embedded(data_dir: Path) -> bool:
+    """Stop the embedded server of ``data_dir`` (a fast shutdown: SIGINT to the postmaster), even
+    if a process that joined it died without leaving. False when none was running."""
+    pid_file = Path(data_dir).resolve() / "pg" / "postmaster.pid"
+    try:
+        pid = int(pid_file.read_text().split("\n", 1)[0])
+        os.kill(pid, signal.SIGINT)
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def admin_database(settings: Settings) -> Database:

@@ -32,7 +32,7 @@ from typing import Any
 from psycopg import sql
 
 from infra.broker import EmbeddedBroker, ensure_topic
-from infra.postgres import admin_database
+from infra.postgres import admin_database, stop_embedded
 from infra.relay import Relay
 from infra.settings import Settings
 from projections.replay import catch_up, make_projector, rebuild
@@ -270,6 +270,7 @@ def main() -> None:
         app.close()
     finally:
         broker.stop()
+        stop_embedded(folder / "data")  # the projector processes it started joined the server
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from infra.postgres import Database, admin_database, bootstrap, runtime_database
+from infra.postgres import Database, admin_database, bootstrap, runtime_database, stop_embedded
 from infra.settings import Settings
 
 
@@ -17,10 +17,12 @@ def pg_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:
 
 
 @pytest.fixture(scope="session")
-def admin_db(pg_settings: Settings) -> Database:
+def admin_db(pg_settings: Settings):  # type: ignore[no-untyped-def]
     admin = admin_database(pg_settings)
     bootstrap(admin, pg_settings)
-    return admin
+    yield admin
+    # a projector killed with SIGKILL never leaves the server's handle list: stop it ourselves
+    stop_embedded(pg_settings.data_dir)
 
 
 @pytest.fixture(scope="session")
