@@ -1,4 +1,6 @@
-"""Fuzzy route: character level, no segmentation, time words left to the temporal route.
+"""Fuzzy route: character level, no segmentation, on the query's words that no card holds verbatim
+(those are the tags route's hits: fuzzy is for what is misspelt or segmented differently), time
+words left to the temporal route.
 
 CJK: the share of the query's character bigrams a card contains; Latin: pg_trgm
 ``word_similarity`` of the query's words (stop words dropped) to the card's folded text. Both
@@ -13,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from projections.text import cjk_bigrams, latin_words
+from projections.text import cjk_bigrams, latin_words, terms, tokenize
 from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters, shared_count
 from services.timeexpr import without_times
 
@@ -28,11 +30,28 @@ WHERE b >= %(threshold)s OR t >= %(trigram_threshold)s
 ORDER BY greatest(b, t) DESC, recorded_at DESC, card_id LIMIT %(limit)s"""
 
 
+_KNOWN = """SELECT t FROM unnest(%(terms)s::text[]) AS t
+WHERE EXISTS (SELECT 1 FROM {s}.cards c WHERE c.terms @> ARRAY[t])"""
+
+
+def unknown_words(conn: psycopg.Connection[Any], ctx: RouteContext, text: str) -> list[str]:
+    """The words of ``text`` that no card of the tenant holds as a term: a word some card holds
+    verbatim is the tags route's hit; what is left is what may be misspelt or cut differently."""
+    words = {word: terms(word) for word in dict.fromkeys(tokenize(text))}
+    wanted = sorted({term for found in words.values() for term in found})
+    statement = sql.SQL(_KNOWN).format(s=ctx.s)
+    known = {row["t"] for row in conn.execute(statement, {"terms": wanted}).fetchall()} if wanted else set()
+    return [word for word, found in words.items() if not found or not set(found) <= known]
+
+
 class FuzzyRoute:
     name = "fuzzy"
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
-        text = without_times(query.text, query.reference_time)
+        words = unknown_words(conn, ctx, without_times(query.text, query.reference_time))
+        if not words:
+            return Hits([], "every word is a known term (the tags route's)")
+        text = " ".join(words)
         bigrams, latin = list(cjk_bigrams(text))[:MAX_BIGRAMS], " ".join(latin_words(text))
         if not bigrams and not latin:
             return Hits([], "nothing to match")
@@ -53,4 +72,4 @@ class FuzzyRoute:
             **parameters(query), **names, "bigrams": bigrams, "nbigrams": len(bigrams), "latin": latin,
             "threshold": settings.fuzzy_threshold, "trigram_threshold": settings.fuzzy_trigram_threshold,
             "limit": settings.fuzzy_top_k}).fetchall()
-        return Hits([row["card_id"] for row in rows])
+        return Hits([row["card_id"] for row in rows], "words: " + " | ".join(words))
