@@ -6,6 +6,7 @@ granted those privileges, and triggers refuse them for every role, the owner inc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -80,14 +81,17 @@ def start_embedded(data_dir: Path) -> Database:
 
 
 def stop_embedded(data_dir: Path) -> bool:
-    """Stop the embedded server of ``data_dir`` (a fast shutdown: SIGINT to the postmaster), even
-    if a process that joined it died without leaving. False when none was running."""
-    pid_file = Path(data_dir).resolve() / "pg" / "postmaster.pid"
-    try:
-        pid = int(pid_file.read_text().split("\n", 1)[0])
-        os.kill(pid, signal.SIGINT)
-    except (OSError, ValueError):
+    """Leave the embedded server of ``data_dir`` and stop it, even if a process that joined it died
+    without leaving (pgserver would then keep it running). False when none was running."""
+    import pgserver
+
+    pg = Path(data_dir).resolve() / "pg"
+    pid_file = pg / "postmaster.pid"
+    if not pid_file.exists():
         return False
+    pgserver.get_server(pg).cleanup()  # this process's handle: stops it if it was the last one
+    with contextlib.suppress(OSError, ValueError):  # unless the line above stopped it already
+        os.kill(int(pid_file.read_text().split("\n", 1)[0]), signal.SIGINT)
     return True
 
 

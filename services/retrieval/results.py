@@ -90,4 +90,4 @@ class RetrievalResult(BaseModel):
 
     @property
     def as_of(self) -> bool:
-        return self.valid_at is not None
+        return self.valid_at is not None or self.known_at is not None
