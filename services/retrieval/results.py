@@ -65,7 +65,9 @@ class Alerts(BaseModel):
 
 
 class RouteReport(BaseModel):
-    status: Literal["ok", "error", "timeout", "quarantined", "unavailable"]
+    #: skipped: the route refused the question (an ambiguous time word), which says nothing of
+    #: its health; error, timeout: counted by its breaker.
+    status: Literal["ok", "skipped", "error", "timeout", "quarantined", "unavailable"]
     hits: int = 0
     ms: float = 0.0
     detail: str | None = None

@@ -161,6 +161,9 @@ class Retriever:
                 continue
             try:
                 hits, ms = future.result()
+            except InvalidCommandError as exc:  # the question, not the route: no strike against it
+                reports[name] = RouteReport(status="skipped", detail=str(exc))
+                continue
             except Exception as exc:  # a failing route is reported, never fatal
                 breaker.record(budget_ms, self.monotonic())
                 reports[name] = RouteReport(status="error", detail=f"{type(exc).__name__}: {exc}")
