@@ -9,7 +9,7 @@ import threading
 from typing import Any
 
 from infra.locale_check import check_cjk_support
-from infra.postgres import admin_database, bootstrap, projector_database
+from infra.postgres import Database, admin_database, bootstrap, projector_database
 from infra.settings import Settings
 from projections.embeddings import EmbeddingProjection
 from projections.faust_app import POISON_EXIT, Outcome, create_faust_app
@@ -31,12 +31,17 @@ def embedding_loop(projection: EmbeddingProjection, stop: threading.Event,
             stop.wait(5.0)
 
 
-def start_embeddings(settings: Settings, stop: threading.Event) -> threading.Thread:
+def embedding_projection(settings: Settings, admin: Database | None = None) -> EmbeddingProjection:
+    """The embedding projection as the projector role, its embedder behind the vector cache."""
     from infra.embedders import create_embedder
 
-    db = projector_database(admin_database(settings), settings)
+    db = projector_database(admin or admin_database(settings), settings)
     embedder = create_embedder(settings, connect=db.connect)
-    projection = EmbeddingProjection(db.connect, settings.read_schema, embedder)
+    return EmbeddingProjection(db.connect, settings.read_schema, embedder)
+
+
+def start_embeddings(settings: Settings, stop: threading.Event) -> threading.Thread:
+    projection = embedding_projection(settings)
     thread = threading.Thread(target=embedding_loop, args=(projection, stop), daemon=True,
                               name="embeddings")
     thread.start()
@@ -122,21 +127,15 @@ def run_pipeline(settings: Settings) -> int:
             broker.stop()
 
 
-def project_log(settings: Settings, app: Any, admin: Any = None) -> tuple[int, int]:
+def project_log(settings: Settings, app: Any, admin: Database | None = None) -> tuple[int, int]:
     """Bring the read models up to the log's head without Kafka (the demo, tests, one-off jobs):
     the cards projection from its position, then every missing embedding. Returns (events applied,
     cards embedded)."""
-    from infra.embedders import create_embedder
-
     admin = admin or admin_database(settings)
     projector = make_projector(settings, app, admin=admin)
     try:
         applied = catch_up(projector, app)
     finally:
         projector.close()
-    embedded = 0
-    if settings.projector_embeddings:
-        db = projector_database(admin, settings)
-        embedder = create_embedder(settings, connect=db.connect)
-        embedded = EmbeddingProjection(db.connect, settings.read_schema, embedder).embed_all()
+    embedded = embedding_projection(settings, admin).embed_all() if settings.projector_embeddings else 0
     return applied, embedded

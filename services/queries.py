@@ -127,19 +127,10 @@ class Queries:
             now = self.now()
             records = self.read.as_of(tenant_id, valid_at or known_at or now, known_at or now,
                                       subject=subject)
-        cards = {r.card_id: r for r in records if r.kind == "state"}
-        extra = self._fields(tenant_id, list(cards))
-        return [Fact(card_id=r.card_id, subject=r.subject, label=r.label,
-                     cardinality=extra[r.card_id]["cardinality"], scope=r.scope, value=r.content,
-                     valid_from=r.valid_from, valid_to=r.valid_to, recorded_at=r.recorded_at,
-                     verified_at=extra[r.card_id]["verified_at"], superseded=r.superseded,
-                     source=r.source) for r in cards.values()]
-
-    def _fields(self, tenant_id: str, ids: list[UUID]) -> dict[UUID, dict[str, Any]]:
-        query = sql.SQL("SELECT card_id, cardinality, verified_at FROM {}.cards "
-                        "WHERE card_id = ANY(%s::uuid[])").format(self.s)
-        with self.read.tenant(tenant_id) as conn:
-            return {row["card_id"]: row for row in conn.execute(query, (ids,)).fetchall()}
+        return [Fact(card_id=r.card_id, subject=r.subject, label=r.label, cardinality=r.cardinality,
+                     scope=r.scope, value=r.content, valid_from=r.valid_from, valid_to=r.valid_to,
+                     recorded_at=r.recorded_at, verified_at=r.verified_at, superseded=r.superseded,
+                     source=r.source) for r in records if r.kind == "state"]
 
     def history(self, tenant_id: str, ref: str) -> list[CardHistory]:
         """Every version of a card — or of every card of a slot — with both timelines, what

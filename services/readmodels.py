@@ -42,6 +42,8 @@ class CardRecord(BaseModel):
     status: str | None
     source: str
     superseded: bool
+    cardinality: str | None = None
+    verified_at: datetime | None = None
 
 
 class Freshness(BaseModel):
@@ -58,7 +60,8 @@ class Freshness(BaseModel):
 
 _CARD = """c.card_id, c.aggregate_id, c.kind, c.memory_type, c.scope, c.subject, c.label,
     {content} AS content, {title} AS title, c.valid_from, {valid_to} AS valid_to, c.occurred_at,
-    c.recorded_at, c.retracted_at, {status} AS status, c.source"""
+    c.recorded_at, c.retracted_at, {status} AS status, c.source, c.cardinality,
+    {verified} AS verified_at"""
 
 
 class ReadModels:
@@ -83,7 +86,7 @@ class ReadModels:
         """Cards valid now: not retracted, validity open (events and knowledge included)."""
         query = sql.SQL(
             "SELECT " + _CARD.format(content="c.content", title="c.title", valid_to="c.valid_to",
-                                     status="c.status") + ", false AS superseded "
+                                     status="c.status", verified="c.verified_at") + ", false AS superseded "
             "FROM {s}.cards c WHERE c.retracted_at IS NULL AND c.valid_to IS NULL "
             "AND ({subject}::text IS NULL OR c.subject = {subject}) "
             "ORDER BY c.recorded_at, c.card_id").format(s=self.schema, subject=sql.Placeholder("subject"))
@@ -96,7 +99,8 @@ class ReadModels:
         """Cards that, as known at ``known_at``, were valid at ``valid_at``: one indexed query."""
         query = sql.SQL(
             "SELECT " + _CARD.format(content="v.content", title="v.title",
-                                     valid_to="upper(v.valid)", status="v.status")
+                                     valid_to="upper(v.valid)", status="v.status",
+                                     verified="v.verified_at")
             + ", NOT upper_inf(v.valid) AS superseded "
             "FROM {s}.card_versions v JOIN {s}.cards c USING (tenant_id, card_id) "
             "WHERE v.known @> %(known)s::timestamptz AND v.valid @> %(valid)s::timestamptz "

@@ -17,7 +17,6 @@ from psycopg import sql
 
 from projections.text import cjk_bigrams, latin_words, terms, tokenize
 from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters, shared_count
-from services.timeexpr import without_times
 
 #: Bigrams of a query beyond this many are not counted (the first ones are).
 MAX_BIGRAMS = 32
@@ -48,7 +47,7 @@ class FuzzyRoute:
     name = "fuzzy"
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
-        words = unknown_words(conn, ctx, without_times(query.text, query.reference_time))
+        words = unknown_words(conn, ctx, query.words)
         if not words:
             return Hits([], "every word is a known term (the tags route's)")
         text = " ".join(words)

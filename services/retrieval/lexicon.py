@@ -7,6 +7,7 @@ it matches one whose label words the query contains. Only words that mean little
 from __future__ import annotations
 
 from collections.abc import Iterable
+from functools import lru_cache
 
 from projections.text import fold
 
@@ -41,20 +42,26 @@ _TYPES: dict[str, tuple[str, ...]] = {
                    "待办"),
 }
 
-_BY_WORD: dict[str, frozenset[str]] = {}
-for _labels, _words in _LABELS.items():
-    for _word in _words:
-        _BY_WORD[fold(_word)] = _BY_WORD.get(fold(_word), frozenset()) | frozenset(_labels)
+@lru_cache(maxsize=1)
+def _by_word() -> dict[str, frozenset[str]]:
+    """Folded word → the labels it names (built on first use: folding loads OpenCC)."""
+    found: dict[str, set[str]] = {}
+    for labels, words in _LABELS.items():
+        for word in words:
+            found.setdefault(fold(word), set()).update(labels)
+    return {word: frozenset(labels) for word, labels in found.items()}
 
 
-_TYPE_BY_WORD = {fold(word): memory_type for memory_type, words in _TYPES.items() for word in words}
+@lru_cache(maxsize=1)
+def _type_by_word() -> dict[str, str]:
+    return {fold(word): memory_type for memory_type, words in _TYPES.items() for word in words}
 
 
 def labels_named(terms: Iterable[str]) -> list[str]:
     """The labels the query's terms ask about, sorted."""
-    return sorted({label for term in terms for label in _BY_WORD.get(term, ())})
+    return sorted({label for term in terms for label in _by_word().get(term, ())})
 
 
 def types_named(terms: Iterable[str]) -> list[str]:
     """The memory types (blocker, commitment) the query's terms ask about, sorted."""
-    return sorted({_TYPE_BY_WORD[term] for term in terms if term in _TYPE_BY_WORD})
+    return sorted({_type_by_word()[term] for term in terms if term in _type_by_word()})

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from domain.rules.cardinality import decide_cardinality
 from services.retrieval.scoring import (
     Candidate,
     Contradiction,
@@ -138,8 +139,6 @@ def process(rankings: Mapping[str, Sequence[UUID]], candidates: Mapping[UUID, Ca
 def pending_state(command: Any, result: Any, recorded_at: datetime) -> PendingWrite | None:
     """The overlay entry for a state written by ``remember`` (a ``Remember`` command and its
     ``WriteResult``); None for other kinds, outcomes that created no card, or no position."""
-    from domain.rules.cardinality import decide_cardinality
-
     if command.kind != "state" or command.label is None or result.card_id is None \
             or result.position is None or result.outcome not in ("remembered", "superseded", "overwritten"):
         return None

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Protocol
 from uuid import UUID
 
@@ -19,6 +20,7 @@ from psycopg import sql
 
 from domain.errors import InvalidCommandError
 from infra.settings import RetrievalSettings
+from services.timeexpr import TimeRange, find_ranges, without_times
 
 MAX_QUERY_CHARS = 2_000
 
@@ -65,6 +67,17 @@ class RetrievalQuery:
         valid = self.valid_at or self.known_at
         assert valid is not None
         return valid, self.known_at or self.now
+
+    @cached_property
+    def time_ranges(self) -> list[TimeRange]:
+        """The ranges the text names, against the reference time (raises AmbiguousTimeError);
+        found once per query, whichever route or step asks."""
+        return find_ranges(self.text, self.reference_time)
+
+    @cached_property
+    def words(self) -> str:
+        """The text with its time expressions cut out: what the word-matching routes match."""
+        return without_times(self.text, self.reference_time)
 
     @property
     def reference_time(self) -> datetime:

@@ -39,7 +39,6 @@ from services.retrieval.scoring import DecayPolicy, ScopeBoost, rrf
 from services.retrieval.semantic import SemanticRoute
 from services.retrieval.tags import TagsRoute
 from services.retrieval.temporal import TemporalRoute
-from services.timeexpr import find_ranges
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +192,7 @@ def decay_at(query: RetrievalQuery) -> datetime:
     """A question that names a time is about that time: decay counts to the end of the latest
     range it names (never past the reference time); otherwise to the reference time."""
     try:
-        ranges = find_ranges(query.text, query.reference_time)
+        ranges = query.time_ranges
     except InvalidCommandError:
         ranges = []
     return min([query.reference_time, *(r.end for r in ranges[-1:])])

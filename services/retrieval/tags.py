@@ -16,7 +16,6 @@ from psycopg import sql
 from projections.text import terms
 from services.retrieval.lexicon import labels_named, types_named
 from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters, shared_count
-from services.timeexpr import without_times
 
 _SLOT_WORDS = """WITH slot_words AS MATERIALIZED (
     SELECT slot_id, words FROM (
@@ -55,7 +54,7 @@ class TagsRoute:
     name = "tags"
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
-        wanted = list(terms(without_times(query.text, query.reference_time)))[:MAX_TERMS]
+        wanted = list(terms(query.words))[:MAX_TERMS]
         if not wanted:
             return Hits([], "no terms in the query")
         labels, types = labels_named(wanted), types_named(wanted)

@@ -16,7 +16,6 @@ import psycopg
 from psycopg import sql
 
 from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters
-from services.timeexpr import find_ranges
 
 _SQL = """SELECT c.card_id FROM {s}.cards c WHERE ({ranges}) AND {visible}
 ORDER BY c.kind = 'event' DESC, coalesce(c.occurred_at, c.valid_from) DESC, c.card_id
@@ -31,7 +30,7 @@ class TemporalRoute:
     name = "temporal"
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
-        ranges = find_ranges(query.text, query.reference_time)
+        ranges = query.time_ranges
         if not ranges:
             return Hits([], "no time expression")
         where = sql.SQL(" OR ".join(_RANGE.format(i=i) for i in range(len(ranges))))

@@ -48,7 +48,11 @@ class Slow:
 @pytest.fixture(scope="module")
 def world(pg_settings: Settings, admin_db: Database):  # type: ignore[no-untyped-def]
     """One tenant's small history, projected; a second tenant with a card of its own."""
-    settings = pg_settings.model_copy(update={"time_zone": "Asia/Taipei"})
+    # a loaded machine must not time routes out or quarantine them here: the breaker and the
+    # timeout have tests of their own, with their own settings
+    patient = pg_settings.retrieval.model_copy(
+        update={"breaker_p95_ms": 10_000.0, "route_timeout_ms": 10_000})
+    settings = pg_settings.model_copy(update={"time_zone": "Asia/Taipei", "retrieval": patient})
     clock = Clock()
     app = create_app(settings, clock=clock)
     tenant, other = new_tenant(), new_tenant()
@@ -173,7 +177,9 @@ def test_a_failing_route_is_reported_not_fatal(world) -> None:
 
 def test_a_slow_route_times_out_and_its_breaker_quarantines_it(pg_settings, world) -> None:
     _, _, clock, tenant, _, _ = world
-    fast = pg_settings.retrieval.model_copy(update={"route_timeout_ms": 200, "breaker_window": 3})
+    # timed-out calls count as 500 ms, over the 400 ms limit; the real routes stay well under it
+    fast = pg_settings.retrieval.model_copy(update={"route_timeout_ms": 500, "breaker_window": 3,
+                                                    "breaker_p95_ms": 400.0})
     settings = pg_settings.model_copy(update={"retrieval": fast})
     queries: Queries = create_queries(settings, clock)
     now = [0.0]
@@ -244,7 +250,8 @@ def test_an_expired_commitment_leaves_the_briefing(world) -> None:
 def test_the_command_line_speaks_json(world, pg_settings) -> None:
     _, _, _, tenant, _, _ = world
     env = {**os.environ, "PALIMPSEST_DATA_DIR": str(pg_settings.data_dir), "PALIMPSEST_TENANT": tenant,
-           "PALIMPSEST_AUTO_BOOTSTRAP": "false", "PALIMPSEST_TIME_ZONE": "Asia/Taipei"}
+           "PALIMPSEST_AUTO_BOOTSTRAP": "false", "PALIMPSEST_TIME_ZONE": "Asia/Taipei",
+           "PALIMPSEST_RETRIEVAL__ROUTE_TIMEOUT_MS": "10000"}
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "services.cli", *args], env=env,
