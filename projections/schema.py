@@ -13,9 +13,12 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-TABLES = ("nodes", "slots", "cards", "card_versions", "card_embeddings", "card_relations",
-          "arbitration_queue", "proposals", "projection_tracking", "projection_position",
-          "projection_failures")
+TABLES = ("nodes", "slots", "cards", "card_terms", "card_versions", "card_embeddings",
+          "card_relations", "arbitration_queue", "proposals", "projection_tracking",
+          "projection_position", "projection_failures")
+
+#: Subjects that stand for the user: every personal slot has one, so they say nothing about a card.
+DEFAULT_SUBJECTS = ("user", "me", "i", "self", "我")
 
 _DDL = """
 CREATE EXTENSION IF NOT EXISTS btree_gist;
@@ -100,6 +103,67 @@ CREATE INDEX IF NOT EXISTS cards_valid_to ON {s}.cards (tenant_id, valid_to)
 CREATE INDEX IF NOT EXISTS cards_terms ON {s}.cards USING gin (terms);
 CREATE INDEX IF NOT EXISTS cards_bigrams ON {s}.cards USING gin (bigrams);
 CREATE INDEX IF NOT EXISTS cards_trigrams ON {s}.cards USING gin (fuzzy_text gin_trgm_ops);
+
+-- The words a card can be found by, one row each, kept by the database from ``cards`` (the
+-- trigger below) in the same transaction as the card's own row: its terms, the words of its
+-- slot's subject and label (the user's own subject says nothing), ``=label:<label>`` and
+-- ``=type:<memory_type>``. ``live``: not retracted, superseded or merged. The tags route counts a
+-- card's matching words from this index alone; the fuzzy route asks it which words are known.
+CREATE TABLE IF NOT EXISTS {s}.card_terms (
+    tenant_id text NOT NULL,
+    term text NOT NULL,
+    card_id uuid NOT NULL,
+    live boolean NOT NULL,
+    recorded_at timestamptz NOT NULL,
+    scope text NOT NULL,
+    project_id text,
+    group_id text,
+    PRIMARY KEY (tenant_id, term, card_id) INCLUDE (live, recorded_at, scope, project_id, group_id)
+);
+
+CREATE OR REPLACE FUNCTION {s}.card_words(c {s}.cards) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(array_agg(DISTINCT w), '{{}}') FROM unnest(c.terms
+        || CASE WHEN c.cardinality IS NULL OR c.label IS NULL THEN '{{}}'::text[]
+                ELSE regexp_split_to_array(lower(translate(
+                         CASE WHEN lower(coalesce(c.subject, '')) = ANY({default_subjects}::text[])
+                              THEN c.label ELSE c.subject || ' ' || c.label END, '_-', '  ')), '\\s+')
+                     || ('=label:' || c.label) END
+        || ('=type:' || c.memory_type)) AS w
+    WHERE w <> ''
+$$;
+
+-- Statements name the schema at run time: a rebuilt schema is renamed into place.
+CREATE OR REPLACE FUNCTION {s}.card_terms_sync() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    live boolean := NEW.retracted_at IS NULL AND NEW.valid_to IS NULL AND NEW.merged_into IS NULL;
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF (OLD.terms, OLD.subject, OLD.label, OLD.cardinality, OLD.memory_type, OLD.scope,
+            OLD.project_id, OLD.group_id, OLD.recorded_at)
+           IS NOT DISTINCT FROM (NEW.terms, NEW.subject, NEW.label, NEW.cardinality,
+            NEW.memory_type, NEW.scope, NEW.project_id, NEW.group_id, NEW.recorded_at) THEN
+            IF (OLD.retracted_at IS NULL AND OLD.valid_to IS NULL AND OLD.merged_into IS NULL)
+               IS DISTINCT FROM live THEN
+                EXECUTE format('UPDATE %I.card_terms SET live = $2 WHERE tenant_id = ($1).tenant_id '
+                               'AND term = ANY(%I.card_words($1)) AND card_id = ($1).card_id',
+                               TG_TABLE_SCHEMA, TG_TABLE_SCHEMA) USING NEW, live;
+            END IF;
+            RETURN NULL;
+        END IF;
+        EXECUTE format('DELETE FROM %I.card_terms WHERE tenant_id = ($1).tenant_id '
+                       'AND term = ANY(%I.card_words($1)) AND card_id = ($1).card_id',
+                       TG_TABLE_SCHEMA, TG_TABLE_SCHEMA) USING OLD;
+    END IF;
+    EXECUTE format('INSERT INTO %I.card_terms (tenant_id, term, card_id, live, recorded_at, scope, '
+                   'project_id, group_id) SELECT ($1).tenant_id, w, ($1).card_id, $2, ($1).recorded_at, '
+                   '($1).scope, ($1).project_id, ($1).group_id FROM unnest(%I.card_words($1)) AS w',
+                   TG_TABLE_SCHEMA, TG_TABLE_SCHEMA) USING NEW, live;
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER card_terms_sync AFTER INSERT OR UPDATE ON {s}.cards
+    FOR EACH ROW EXECUTE FUNCTION {s}.card_terms_sync();
 
 CREATE TABLE IF NOT EXISTS {s}.card_versions (
     tenant_id text NOT NULL,
@@ -229,7 +293,8 @@ def create_read_schema(
     selects within its tenant; ``writer`` (the projector) reads every tenant — it projects them
     all — but inserts and updates only rows of the tenant its transaction set."""
     names = {"s": sql.Identifier(schema)}
-    conn.execute(sql.SQL(_DDL).format(dims=sql.Literal(dimensions), **names))
+    conn.execute(sql.SQL(_DDL).format(dims=sql.Literal(dimensions),
+                                      default_subjects=sql.Literal(list(DEFAULT_SUBJECTS)), **names))
     if hnsw:
         conn.execute(sql.SQL(
             "CREATE INDEX IF NOT EXISTS card_embeddings_hnsw ON {s}.card_embeddings "
@@ -241,7 +306,7 @@ def create_read_schema(
         GRANT USAGE ON SCHEMA {s} TO {reader}, {writer};
         GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {reader};
         GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {s} TO {writer};
-        GRANT DELETE ON {s}.projection_failures TO {writer};
+        GRANT DELETE ON {s}.projection_failures, {s}.card_terms TO {writer};
     """
     conn.execute(sql.SQL(grants).format(
         reader=sql.Identifier(reader), writer=sql.Identifier(writer), **names))

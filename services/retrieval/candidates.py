@@ -1,4 +1,4 @@
-"""Loading what the routes found, in one query: the card as the query sees it (the current row,
+"""Loading what the routes found, in two statements: the card as the query sees it (the current row,
 or for an as-of query the version known then) with its ``contradicts`` edges; and the pending
 arbitration cases of the returned cards' slots."""
 
@@ -18,23 +18,26 @@ from services.retrieval.scoring import Candidate
 _FIELDS = """c.card_id, c.aggregate_id, c.kind, c.memory_type, c.scope, c.project_id, c.group_id,
     c.subject, c.label, c.cardinality, {value} AS value, {title} AS title, {status} AS status,
     c.valid_from, {valid_to} AS valid_to, c.occurred_at, c.recorded_at, {verified} AS verified_at,
-    {superseded} AS superseded, c.source, c.agent_id, c.inference_confidence,
-    ARRAY(SELECT r.dst_id FROM {s}.card_relations r WHERE r.src_id = c.card_id
-          AND r.edge = 'contradicts'
-          UNION SELECT r.src_id FROM {s}.card_relations r WHERE r.dst_id = c.card_id
-          AND r.edge = 'contradicts') AS contradicts"""
+    {superseded} AS superseded, c.source, c.agent_id, c.inference_confidence"""
 
 _CURRENT = "SELECT " + _FIELDS.format(
     value="c.content", title="c.title", status="c.status", valid_to="c.valid_to",
     verified="c.verified_at", superseded="(c.valid_to IS NOT NULL OR c.merged_into IS NOT NULL)",
-    s="{s}") + " FROM {s}.cards c WHERE c.card_id = ANY(%(ids)s::uuid[])"
+) + " FROM {s}.cards c WHERE c.card_id = ANY(%(ids)s::uuid[])"
 
 _AS_OF = "SELECT " + _FIELDS.format(
     value="v.content", title="v.title", status="v.status", valid_to="upper(v.valid)",
     verified="v.verified_at", superseded="((c.kind <> 'event' AND NOT upper_inf(v.valid))"
     " OR v.status IS NOT DISTINCT FROM 'merged')",
-    s="{s}") + """ FROM {s}.cards c JOIN {s}.card_versions v USING (tenant_id, card_id)
+) + """ FROM {s}.cards c JOIN {s}.card_versions v USING (tenant_id, card_id)
     WHERE c.card_id = ANY(%(ids)s::uuid[]) AND v.known @> %(known_at)s::timestamptz"""
+
+
+#: Both directions of every ``contradicts`` edge that touches a loaded card, in one statement.
+_CONTRADICTS = """SELECT src_id AS card_id, dst_id AS other FROM {s}.card_relations
+WHERE src_id = ANY(%(ids)s::uuid[]) AND edge = 'contradicts'
+UNION SELECT dst_id, src_id FROM {s}.card_relations
+WHERE dst_id = ANY(%(ids)s::uuid[]) AND edge = 'contradicts'"""
 
 
 def load_candidates(conn: psycopg.Connection[Any], ctx: RouteContext, query: RetrievalQuery,
@@ -42,10 +45,13 @@ def load_candidates(conn: psycopg.Connection[Any], ctx: RouteContext, query: Ret
     if not ids:
         return {}, {}
     statement = sql.SQL(_AS_OF if query.as_of else _CURRENT).format(s=ctx.s)
-    rows = conn.execute(statement, {**parameters(query), "ids": list(ids)}).fetchall()
+    wanted = list(ids)
+    rows = conn.execute(statement, {**parameters(query), "ids": wanted}).fetchall()
+    contradicts: dict[UUID, list[UUID]] = {}
+    for edge in conn.execute(sql.SQL(_CONTRADICTS).format(s=ctx.s), {"ids": wanted}):
+        contradicts.setdefault(edge["card_id"], []).append(edge["other"])
     candidates, records = {}, {}
     for row in rows:
-        contradicts = row.pop("contradicts")
         records[row["card_id"]] = row
         candidates[row["card_id"]] = Candidate(
             # commitments and blockers are states outside any slot: they accumulate, never supersede
@@ -57,7 +63,8 @@ def load_candidates(conn: psycopg.Connection[Any], ctx: RouteContext, query: Ret
             # as-of: every card loaded was valid at the moment asked about; being replaced later
             # is reported on the result, not held against it (alerts, the superseded filter)
             verified_at=row["verified_at"], superseded=row["superseded"] and not query.as_of,
-            edges=tuple(("contradicts", other) for other in contradicts), group_id=row["group_id"])
+            edges=tuple(("contradicts", other) for other in contradicts.get(row["card_id"], ())),
+            group_id=row["group_id"])
     return candidates, records
 
 

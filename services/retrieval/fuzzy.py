@@ -30,7 +30,7 @@ ORDER BY greatest(b, t) DESC, recorded_at DESC, card_id LIMIT %(limit)s"""
 
 
 _KNOWN = """SELECT t FROM unnest(%(terms)s::text[]) AS t
-WHERE EXISTS (SELECT 1 FROM {s}.cards c WHERE c.terms @> ARRAY[t])"""
+WHERE EXISTS (SELECT 1 FROM {s}.card_terms k WHERE k.term = t)"""
 
 
 def unknown_words(conn: psycopg.Connection[Any], ctx: RouteContext, text: str) -> list[str]:

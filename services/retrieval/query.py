@@ -85,10 +85,11 @@ class RetrievalQuery:
         return self.window[0] if self.as_of else self.now
 
 
-_SCOPE = """(c.scope = 'personal'
-    OR (c.scope = 'project' AND c.project_id = %(project_id)s)
-    OR (c.scope = 'group' AND c.group_id = ANY(%(group_ids)s::text[]))
-    OR (c.scope = 'global' AND %(include_global)s))"""
+_SCOPE_OF = """({a}.scope = 'personal'
+    OR ({a}.scope = 'project' AND {a}.project_id = %(project_id)s)
+    OR ({a}.scope = 'group' AND {a}.group_id = ANY(%(group_ids)s::text[]))
+    OR ({a}.scope = 'global' AND %(include_global)s))"""
+_SCOPE = _SCOPE_OF.format(a="c")
 
 _CURRENT = "c.retracted_at IS NULL AND c.valid_to IS NULL AND c.merged_into IS NULL AND " + _SCOPE
 
@@ -104,6 +105,11 @@ def visible(query: RetrievalQuery, schema: str) -> sql.Composed:
     """A condition on the card ``c`` (a row of ``cards``): may the query see it? Its parameters
     come from :func:`parameters`. Checked row by row, so a route that has found 20 cards checks 20."""
     return sql.SQL(_AS_OF if query.as_of else _CURRENT).format(s=sql.Identifier(schema))
+
+
+def scope_of(alias: str) -> sql.SQL:
+    """The scope half of :func:`visible`, on any row with the card's scope columns."""
+    return sql.SQL(_SCOPE_OF.format(a=alias))
 
 
 def parameters(query: RetrievalQuery) -> dict[str, Any]:

@@ -107,7 +107,8 @@ class Retriever:
             unprojected = [w for w in pending if projected is None or w.position > projected]
             outcome = process(rankings, candidates, now=query.reference_time, as_of=query.as_of,
                               current_project=query.project_id, tuning=self.tuning,
-                              pending=unprojected, top=query.top_n, decay_at=decay_at(query))
+                              pending=unprojected, top=query.top_n, decay_at=decay_at(query),
+                              explain=query.explain)
             chosen = [outcome.candidates[card_id] for card_id, _ in outcome.ranked]
             arbitrations = load_arbitrations(
                 conn, self.ctx, query, [records[c.card_id]["aggregate_id"] for c in chosen

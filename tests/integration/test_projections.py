@@ -29,7 +29,7 @@ from tests.support import Clock, new_tenant, state
 
 pytestmark = pytest.mark.integration
 
-COMPARED = ("nodes", "slots", "cards", "card_versions", "card_relations", "arbitration_queue",
+COMPARED = ("nodes", "slots", "cards", "card_terms", "card_versions", "card_relations", "arbitration_queue",
             "projection_tracking")
 
 
