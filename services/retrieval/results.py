@@ -78,6 +78,10 @@ class Diagnostics(BaseModel):
     #: Notification id the tenant's read models include; pending writes past it were overlaid.
     projected_position: int | None = None
     overlaid_writes: int = 0
+    #: Cards the routes found, and how many of them were loaded to rank them (the others could
+    #: no longer reach the top; ``explain`` loads them all).
+    candidates_found: int = 0
+    candidates_loaded: int = 0
     total_ms: float = 0.0
 
 

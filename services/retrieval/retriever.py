@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+import psycopg
 from psycopg import sql
 
 from domain.errors import InvalidCommandError
@@ -22,7 +23,7 @@ from infra.settings import RetrievalSettings
 from projections.text import warm_up
 from services.readmodels import ReadModels
 from services.retrieval.breaker import RouteBreaker
-from services.retrieval.candidates import load_arbitrations, load_candidates
+from services.retrieval.candidates import alert_partners, load_arbitrations, load_candidates
 from services.retrieval.fuzzy import FuzzyRoute
 from services.retrieval.graph import GraphRoute
 from services.retrieval.postprocess import Outcome, PendingWrite, Tuning, process
@@ -35,7 +36,7 @@ from services.retrieval.results import (
     RetrievedCard,
     RouteReport,
 )
-from services.retrieval.scoring import DecayPolicy, ScopeBoost, rrf
+from services.retrieval.scoring import Candidate, DecayPolicy, ScopeBoost, rrf
 from services.retrieval.semantic import SemanticRoute
 from services.retrieval.tags import TagsRoute
 from services.retrieval.temporal import TemporalRoute
@@ -43,6 +44,9 @@ from services.retrieval.temporal import TemporalRoute
 log = logging.getLogger(__name__)
 
 ROUTES = ("semantic", "tags", "fuzzy", "temporal", "graph")
+
+#: Candidates loaded before the first ranking: at least this many, or this many per result asked.
+LOAD_FIRST, LOAD_PER_RESULT = 40, 8
 
 
 def tuning(settings: RetrievalSettings) -> Tuning:
@@ -100,15 +104,18 @@ class Retriever:
                                                   key=lambda item: (-item[1], item[0]))]
         rankings |= self._run(tenant_id, query, [self.graph], reports, self.settings.graph_budget_ms,
                               seeds=seeds[:self.settings.graph_seeds])
-        ids = {card_id for ranked in rankings.values() for card_id in ranked}
+        fused = rrf(rankings, self.settings.rrf_k)
         with self.read.tenant(tenant_id) as conn:
-            candidates, records = load_candidates(conn, self.ctx, query, ids)
             projected = self.read.position(conn, tenant_id) if pending else None
             unprojected = [w for w in pending if projected is None or w.position > projected]
-            outcome = process(rankings, candidates, now=query.reference_time, as_of=query.as_of,
-                              current_project=query.project_id, tuning=self.tuning,
-                              pending=unprojected, top=query.top_n, decay_at=decay_at(query),
-                              explain=query.explain)
+
+            def rank(candidates: dict[UUID, Candidate]) -> Outcome:
+                return process(rankings, candidates, now=query.reference_time, as_of=query.as_of,
+                               current_project=query.project_id, tuning=self.tuning,
+                               pending=unprojected, top=query.top_n, decay_at=decay_at(query),
+                               explain=query.explain)
+
+            outcome, records = self._load_and_rank(conn, query, fused, rank)
             chosen = [outcome.candidates[card_id] for card_id, _ in outcome.ranked]
             arbitrations = load_arbitrations(
                 conn, self.ctx, query, [records[c.card_id]["aggregate_id"] for c in chosen
@@ -124,7 +131,39 @@ class Retriever:
                 arbitrations=arbitrations, aging_facts=outcome.aging, stale_knowledge=outcome.stale),
             diagnostics=Diagnostics(routes=reports, projected_position=projected,
                                     overlaid_writes=len(unprojected),
+                                    candidates_found=len(fused), candidates_loaded=len(records),
                                     total_ms=round((time.perf_counter() - started) * 1000, 2)))
+
+    def _load_and_rank(self, conn: psycopg.Connection[Any], query: RetrievalQuery,
+                       fused: dict[UUID, float], rank: Callable[[dict[UUID, Candidate]], Outcome],
+                       ) -> tuple[Outcome, dict[UUID, dict[str, Any]]]:
+        """Load the candidates best fused first, and only as many as can still reach the top:
+        decay never raises a score and no card is boosted more than the query's largest scope
+        boost, so a card left unloaded scores at most its fused score times that boost. When the
+        top n all score above that, the rest cannot change them; the cards that would share an
+        alert with one of them (its slot, a ``contradicts`` edge) are loaded too. ``explain``
+        loads every candidate, for the trace."""
+        order = sorted(fused, key=lambda card_id: (-fused[card_id], card_id))
+        first = len(order) if query.explain else max(LOAD_FIRST, LOAD_PER_RESULT * (
+            query.top_n or self.tuning.top_n))
+        candidates, records = load_candidates(conn, self.ctx, query, order[:first])
+        outcome = rank(candidates)
+        rest = order[first:]
+        if not rest:
+            return outcome, records
+        top = query.top_n or self.tuning.top_n
+        ceiling = fused[rest[0]] * self.tuning.boosts.largest(query.project_id)
+        if len(outcome.ranked) < top or outcome.ranked[-1][1] <= ceiling:
+            more, more_records = load_candidates(conn, self.ctx, query, rest)
+            return rank(candidates | more), records | more_records
+        chosen = [card_id for card_id, _ in outcome.ranked if card_id in records]
+        slots = [records[card_id]["aggregate_id"] for card_id in chosen
+                 if outcome.candidates[card_id].is_single_state]
+        partners = alert_partners(conn, self.ctx, chosen, slots, rest)
+        if not partners:
+            return outcome, records
+        more, more_records = load_candidates(conn, self.ctx, query, partners)
+        return rank(candidates | more), records | more_records
 
     def _cards(self, outcome: Outcome, records: dict[UUID, dict[str, Any]],
                pending: Sequence[PendingWrite], explain: bool) -> list[RetrievedCard]:

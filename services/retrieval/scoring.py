@@ -129,6 +129,11 @@ class ScopeBoost:
     group: float = 1.0
     global_: float = 0.9
 
+    def largest(self, current_project: str | None) -> float:
+        """The most any card can be boosted by, for a query in ``current_project`` (or none)."""
+        return max(self.current_project if current_project is not None else self.global_,
+                   self.personal, self.group, self.global_)
+
     def factor(self, candidate: Candidate, current_project: str | None) -> float:
         if candidate.scope == "project":
             same = current_project is not None and candidate.project_id == current_project

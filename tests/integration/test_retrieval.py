@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 from uuid import UUID
@@ -18,9 +19,10 @@ from domain.errors import CardNotFoundError
 from infra.postgres import Database
 from infra.settings import Settings
 from projections.worker import project_log
-from services.commands import Move, Remember
+from services.commands import Link, Move, Remember
 from services.factory import create_app, create_queries
 from services.queries import Queries
+from services.retrieval import retriever as retriever_module
 from services.retrieval.postprocess import pending_state
 from services.retrieval.query import Hits
 from tests.support import START, Clock, new_tenant, state
@@ -147,6 +149,48 @@ def test_explain_shows_routes_and_every_step(world) -> None:
     trace = result.results[0].explain
     assert trace is not None and set(trace) >= {"routes", "rrf", "decay", "scope_boost", "final"}
     assert trace["final"]["rank"] == 1
+
+
+def test_a_card_left_unloaded_still_raises_its_contradiction(pg_settings, admin_db, monkeypatch) -> None:
+    """The retriever loads the best fused candidates first and stops when the rest cannot reach
+    the top; a low-ranked card that ``contradicts`` a chosen one is loaded for the alert anyway.
+    (It projects the whole log: it runs before the test that leaves a write unprojected.)"""
+    patient = pg_settings.retrieval.model_copy(update={"breaker_p95_ms": 10_000.0, "route_timeout_ms": 10_000,
+                                                        # the graph walk would rank the old card from
+                                                        # its edge: without it, only the alert loads it
+                                                        "graph_seeds": 0})
+    settings = pg_settings.model_copy(update={"retrieval": patient})
+    clock, tenant = Clock(), new_tenant()
+    app = create_app(settings, clock=clock)
+    try:
+        old = app.remember(tenant, Remember(kind="knowledge", memory_type="pattern", title="Release rule",
+                                            content="Never ship on a Friday")).card_id
+        clock.advance(days=400)
+        for n in range(12):
+            clock.advance(minutes=1)
+            app.remember(tenant, Remember(kind="event", memory_type="event", occurred_at=clock.now,
+                                          content=f"Friday deploy checklist, item {n}"))
+        clock.advance(minutes=1)
+        new = app.remember(tenant, Remember(kind="knowledge", memory_type="pattern", title="Friday deploys",
+                                            content="A Friday deploy is fine with feature flags")).card_id
+        app.link(tenant, Link(card_id=new, edge="contradicts", target_id=old))
+        project_log(settings, app, admin=admin_db)
+    finally:
+        app.close()
+    monkeypatch.setattr(retriever_module, "LOAD_FIRST", 1)
+    monkeypatch.setattr(retriever_module, "LOAD_PER_RESULT", 1)
+    queries = create_queries(settings, clock)
+    try:
+        # the newest card tops both routes: the best answer stands clear of every other candidate
+        question = queries.query("Friday deploy", top_n=1)
+        lean = queries.search(tenant, question)
+        full = queries.search(tenant, replace(question, explain=True))
+    finally:
+        queries.close()
+    assert [c.card_id for c in lean.results] == [c.card_id for c in full.results] == [new]
+    assert lean.diagnostics.candidates_loaded == 2 < lean.diagnostics.candidates_found, lean.diagnostics
+    assert [a.card_ids for a in lean.alerts.contradictions] == [tuple(sorted((new, old)))]
+    assert lean.alerts == full.alerts
 
 
 def test_a_write_not_yet_projected_replaces_what_it_supersedes(world) -> None:

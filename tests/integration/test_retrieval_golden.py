@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID
 
@@ -25,6 +25,7 @@ from services.commands import Merge, WriteResult
 from services.factory import create_app, create_queries
 from services.memory import Palimpsest
 from services.queries import Queries
+from services.retrieval import retriever as retriever_module
 from services.retrieval.query import RetrievalQuery, RouteContext
 from services.retrieval.results import RetrievalResult
 from services.retrieval.retriever import ROUTES
@@ -335,3 +336,20 @@ def test_the_graph_walks_from_an_event_to_the_state_it_affected(world: World) ->
     routes = {world.keys.get(card.card_id): (card.explain or {}).get("routes", {}) for card in result.results}
     assert routes["ev_move"].get("semantic") == 1
     assert "graph" in routes.get("addr_kaohsiung", {}), routes
+
+
+def test_loading_only_what_can_reach_the_top_changes_no_answer(world: World, answers: list[RetrievalResult],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The golden answers load every candidate (``explain``); without it, the retriever loads the
+    best fused first and stops when the rest cannot reach the top. Same cards, scores and alerts."""
+    monkeypatch.setattr(retriever_module, "LOAD_FIRST", 1)
+    monkeypatch.setattr(retriever_module, "LOAD_PER_RESULT", 1)
+    bounded = 0
+    for golden, full in zip(QUERIES, answers, strict=True):
+        lean = world.queries.search(world.tenant, replace(world.request(golden), explain=False))
+        assert [(c.card_id, c.score) for c in lean.results] == [(c.card_id, c.score) for c in full.results], \
+            golden.text
+        assert lean.alerts == full.alerts, golden.text
+        assert full.diagnostics.candidates_loaded == full.diagnostics.candidates_found
+        bounded += lean.diagnostics.candidates_loaded < lean.diagnostics.candidates_found
+    assert bounded >= 1, "no query stopped loading early: the bounded path went untested"
