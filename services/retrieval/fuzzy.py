@@ -3,10 +3,10 @@
 words left to the temporal route.
 
 CJK: the share of the query's character bigrams a card contains; Latin: pg_trgm
-``word_similarity`` of the query's words (stop words dropped) to the card's folded text. Both
-measure how much of the *query* the card holds, in [0, 1], so the higher one wins. A card must
-reach ``fuzzy_threshold`` on bigrams or ``fuzzy_trigram_threshold`` on trigrams (short Latin
-words share trigrams by chance, so that bar is higher). Top ``fuzzy_top_k``."""
+``word_similarity`` of the query's words (stop words and words under four letters dropped) to the
+card's folded text. Both measure how much of the *query* the card holds, in [0, 1], so the higher
+one wins. A card must reach ``fuzzy_threshold`` on bigrams or ``fuzzy_trigram_threshold`` on
+trigrams (short Latin words share trigrams by chance, so that bar is higher). Top ``fuzzy_top_k``."""
 
 from __future__ import annotations
 
@@ -20,6 +20,9 @@ from services.retrieval.query import Hits, RetrievalQuery, RouteContext, paramet
 
 #: Bigrams of a query beyond this many are not counted (the first ones are).
 MAX_BIGRAMS = 32
+#: A Latin word shorter than this has too few trigrams to tell a typo from chance ("now" shares
+#: most of its own with "know", "snow", "November"): it is left to the other routes.
+MIN_TRIGRAM_WORD = 4
 _TRIGRAMS = "word_similarity(%(latin)s, c.fuzzy_text)"
 
 _SQL = """SELECT card_id FROM (
@@ -51,7 +54,8 @@ class FuzzyRoute:
         if not words:
             return Hits([], "every word is a known term (the tags route's)")
         text = " ".join(words)
-        bigrams, latin = list(cjk_bigrams(text))[:MAX_BIGRAMS], " ".join(latin_words(text))
+        bigrams = list(cjk_bigrams(text))[:MAX_BIGRAMS]
+        latin = " ".join(w for w in latin_words(text) if len(w) >= MIN_TRIGRAM_WORD)
         if not bigrams and not latin:
             return Hits([], "nothing to match")
         matches = []
