@@ -25,7 +25,7 @@ from infra.postgres import Database, admin_database, projector_database, vector_
 from infra.settings import Settings
 from projections.cards import NAME, project
 from projections.projector import Delivered, ProjectionError, Projector
-from projections.schema import create_read_schema
+from projections.schema import create_functions, create_read_schema
 from projections.sinks import MemorySink
 from services.memory import Palimpsest
 
@@ -135,6 +135,7 @@ def swap(admin: Database, live: str, fresh: str) -> None:
             sql.Identifier(live), sql.Identifier(retired)))
         conn.execute(sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(
             sql.Identifier(fresh), sql.Identifier(live)))
+        create_functions(conn, live)  # their statements named the schema by its old name
         conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(retired)))
 
 

@@ -105,7 +105,7 @@ CREATE INDEX IF NOT EXISTS cards_bigrams ON {s}.cards USING gin (bigrams);
 CREATE INDEX IF NOT EXISTS cards_trigrams ON {s}.cards USING gin (fuzzy_text gin_trgm_ops);
 
 -- The words a card can be found by, one row each, kept by the database from ``cards`` (the
--- trigger below) in the same transaction as the card's own row: its terms, the words of its
+-- trigger in ``_FUNCTIONS``) in the same transaction as the card's own row: its terms, the words of its
 -- slot's subject and label (the user's own subject says nothing), ``=label:<label>`` and
 -- ``=type:<memory_type>``. ``live``: not retracted, superseded or merged. The tags route counts a
 -- card's matching words from this index alone; the fuzzy route asks it which words are known.
@@ -120,50 +120,6 @@ CREATE TABLE IF NOT EXISTS {s}.card_terms (
     group_id text,
     PRIMARY KEY (tenant_id, term, card_id) INCLUDE (live, recorded_at, scope, project_id, group_id)
 );
-
-CREATE OR REPLACE FUNCTION {s}.card_words(c {s}.cards) RETURNS text[]
-LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT coalesce(array_agg(DISTINCT w), '{{}}') FROM unnest(c.terms
-        || CASE WHEN c.cardinality IS NULL OR c.label IS NULL THEN '{{}}'::text[]
-                ELSE regexp_split_to_array(lower(translate(
-                         CASE WHEN lower(coalesce(c.subject, '')) = ANY({default_subjects}::text[])
-                              THEN c.label ELSE c.subject || ' ' || c.label END, '_-', '  ')), '\\s+')
-                     || ('=label:' || c.label) END
-        || ('=type:' || c.memory_type)) AS w
-    WHERE w <> ''
-$$;
-
--- Statements name the schema at run time: a rebuilt schema is renamed into place.
-CREATE OR REPLACE FUNCTION {s}.card_terms_sync() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    live boolean := NEW.retracted_at IS NULL AND NEW.valid_to IS NULL AND NEW.merged_into IS NULL;
-BEGIN
-    IF TG_OP = 'UPDATE' THEN
-        IF (OLD.terms, OLD.subject, OLD.label, OLD.cardinality, OLD.memory_type, OLD.scope,
-            OLD.project_id, OLD.group_id, OLD.recorded_at)
-           IS NOT DISTINCT FROM (NEW.terms, NEW.subject, NEW.label, NEW.cardinality,
-            NEW.memory_type, NEW.scope, NEW.project_id, NEW.group_id, NEW.recorded_at) THEN
-            IF (OLD.retracted_at IS NULL AND OLD.valid_to IS NULL AND OLD.merged_into IS NULL)
-               IS DISTINCT FROM live THEN
-                EXECUTE format('UPDATE %I.card_terms SET live = $2 WHERE tenant_id = ($1).tenant_id '
-                               'AND term = ANY(%I.card_words($1)) AND card_id = ($1).card_id',
-                               TG_TABLE_SCHEMA, TG_TABLE_SCHEMA) USING NEW, live;
-            END IF;
-            RETURN NULL;
-        END IF;
-        EXECUTE format('DELETE FROM %I.card_terms WHERE tenant_id = ($1).tenant_id '
-                       'AND term = ANY(%I.card_words($1)) AND card_id = ($1).card_id',
-                       TG_TABLE_SCHEMA, TG_TABLE_SCHEMA) USING OLD;
-    END IF;
-    EXECUTE format('INSERT INTO %I.card_terms (tenant_id, term, card_id, live, recorded_at, scope, '
-                   'project_id, group_id) SELECT ($1).tenant_id, w, ($1).card_id, $2, ($1).recorded_at, '
-                   '($1).scope, ($1).project_id, ($1).group_id FROM unnest(%I.card_words($1)) AS w',
-                   TG_TABLE_SCHEMA, TG_TABLE_SCHEMA) USING NEW, live;
-    RETURN NULL;
-END
-$$;
-CREATE OR REPLACE TRIGGER card_terms_sync AFTER INSERT OR UPDATE ON {s}.cards
-    FOR EACH ROW EXECUTE FUNCTION {s}.card_terms_sync();
 
 CREATE TABLE IF NOT EXISTS {s}.card_versions (
     tenant_id text NOT NULL,
@@ -273,6 +229,51 @@ CREATE TABLE IF NOT EXISTS {s}.projection_failures (
 );
 """
 
+#: The words index's functions. Their statements name the schema: ``swap`` runs this again for
+#: a rebuilt schema renamed into place.
+_FUNCTIONS = """
+CREATE OR REPLACE FUNCTION {s}.card_words(c {s}.cards) RETURNS text[]
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT coalesce(array_agg(DISTINCT w), '{{}}') FROM unnest(c.terms
+        || CASE WHEN c.cardinality IS NULL OR c.label IS NULL THEN '{{}}'::text[]
+                ELSE regexp_split_to_array(lower(translate(
+                         CASE WHEN lower(coalesce(c.subject, '')) = ANY({default_subjects}::text[])
+                              THEN c.label ELSE c.subject || ' ' || c.label END, '_-', '  ')), '\\s+')
+                     || ('=label:' || c.label) END
+        || ('=type:' || c.memory_type)) AS w
+    WHERE w <> ''
+$$;
+
+CREATE OR REPLACE FUNCTION {s}.card_terms_sync() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    is_live boolean := NEW.retracted_at IS NULL AND NEW.valid_to IS NULL AND NEW.merged_into IS NULL;
+BEGIN
+    IF TG_OP = 'UPDATE' THEN
+        IF (OLD.terms, OLD.subject, OLD.label, OLD.cardinality, OLD.memory_type, OLD.scope,
+            OLD.project_id, OLD.group_id, OLD.recorded_at)
+           IS NOT DISTINCT FROM (NEW.terms, NEW.subject, NEW.label, NEW.cardinality,
+            NEW.memory_type, NEW.scope, NEW.project_id, NEW.group_id, NEW.recorded_at) THEN
+            IF (OLD.retracted_at IS NULL AND OLD.valid_to IS NULL AND OLD.merged_into IS NULL)
+               IS DISTINCT FROM is_live THEN
+                UPDATE {s}.card_terms SET live = is_live
+                WHERE tenant_id = NEW.tenant_id AND term = ANY({s}.card_words(NEW))
+                  AND card_id = NEW.card_id;
+            END IF;
+            RETURN NULL;
+        END IF;
+        DELETE FROM {s}.card_terms
+        WHERE tenant_id = OLD.tenant_id AND term = ANY({s}.card_words(OLD)) AND card_id = OLD.card_id;
+    END IF;
+    INSERT INTO {s}.card_terms (tenant_id, term, card_id, live, recorded_at, scope, project_id, group_id)
+    SELECT NEW.tenant_id, w, NEW.card_id, is_live, NEW.recorded_at, NEW.scope, NEW.project_id, NEW.group_id
+    FROM unnest({s}.card_words(NEW)) AS w;
+    RETURN NULL;
+END
+$$;
+CREATE OR REPLACE TRIGGER card_terms_sync AFTER INSERT OR UPDATE ON {s}.cards
+    FOR EACH ROW EXECUTE FUNCTION {s}.card_terms_sync();
+"""
+
 _POLICY = """
 ALTER TABLE {s}.{t} ENABLE ROW LEVEL SECURITY;
 ALTER TABLE {s}.{t} FORCE ROW LEVEL SECURITY;
@@ -293,8 +294,8 @@ def create_read_schema(
     selects within its tenant; ``writer`` (the projector) reads every tenant — it projects them
     all — but inserts and updates only rows of the tenant its transaction set."""
     names = {"s": sql.Identifier(schema)}
-    conn.execute(sql.SQL(_DDL).format(dims=sql.Literal(dimensions),
-                                      default_subjects=sql.Literal(list(DEFAULT_SUBJECTS)), **names))
+    conn.execute(sql.SQL(_DDL).format(dims=sql.Literal(dimensions), **names))
+    create_functions(conn, schema)
     if hnsw:
         conn.execute(sql.SQL(
             "CREATE INDEX IF NOT EXISTS card_embeddings_hnsw ON {s}.card_embeddings "
@@ -310,3 +311,9 @@ def create_read_schema(
     """
     conn.execute(sql.SQL(grants).format(
         reader=sql.Identifier(reader), writer=sql.Identifier(writer), **names))
+
+
+def create_functions(conn: psycopg.Connection[Any], schema: str) -> None:
+    """(Re)create the words index's functions and trigger for ``schema``, as it is named now."""
+    conn.execute(sql.SQL(_FUNCTIONS).format(s=sql.Identifier(schema),
+                                            default_subjects=sql.Literal(list(DEFAULT_SUBJECTS))))

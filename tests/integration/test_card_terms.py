@@ -1,5 +1,5 @@
 """``card_terms``: the words index the database keeps from ``cards`` in the same transaction, as
-the projector role writes, and still after a rebuilt schema is renamed into place."""
+the projector role writes, and still after a rebuilt schema is swapped into place."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from psycopg import sql
 
 from infra.postgres import Database, projector_database
 from infra.settings import Settings
+from projections.replay import swap
 from projections.schema import create_read_schema
 from tests.support import new_tenant
 
@@ -96,20 +97,17 @@ def test_superseding_retracting_and_editing_keep_the_index_in_step(writer, schem
         assert words(conn, schema, card) == dict.fromkeys(["茶", "=type:preference"], False)
 
 
-def test_the_index_follows_a_schema_renamed_into_place(admin_db, writer, schema) -> None:  # type: ignore[no-untyped-def]
+def test_the_index_follows_a_rebuilt_schema_swapped_into_place(admin_db, pg_settings, writer,
+                                                                schema) -> None:  # type: ignore[no-untyped-def]
     db, tenant = writer
-    renamed = schema + "_live"
+    fresh = schema + "_next"
     with admin_db.connect(autocommit=True) as conn:
-        conn.execute(sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(
-            sql.Identifier(schema), sql.Identifier(renamed)))
-    try:
-        with as_tenant(db, tenant) as conn:
-            card = put_card(conn, renamed, tenant, terms=["renamed"])
-            assert words(conn, renamed, card) == {"renamed": True, "=type:fact": True}
-    finally:
-        with admin_db.connect(autocommit=True) as conn:
-            conn.execute(sql.SQL("ALTER SCHEMA {} RENAME TO {}").format(
-                sql.Identifier(renamed), sql.Identifier(schema)))
+        create_read_schema(conn, fresh, reader=pg_settings.runtime_role, writer=pg_settings.projector_role,
+                           dimensions=pg_settings.embedding_dimensions, hnsw=False)
+    swap(admin_db, schema, fresh)  # ``schema`` is now the one made as ``fresh``
+    with as_tenant(db, tenant) as conn:
+        card = put_card(conn, schema, tenant, terms=["renamed"])
+        assert words(conn, schema, card) == {"renamed": True, "=type:fact": True}
 
 
 def test_another_tenant_reads_no_words(writer, schema, runtime_db) -> None:  # type: ignore[no-untyped-def]
