@@ -100,7 +100,8 @@ CREATE INDEX IF NOT EXISTS cards_occurred ON {s}.cards (tenant_id, occurred_at)
 CREATE INDEX IF NOT EXISTS cards_valid_from ON {s}.cards (tenant_id, valid_from);
 CREATE INDEX IF NOT EXISTS cards_valid_to ON {s}.cards (tenant_id, valid_to)
     WHERE valid_to IS NOT NULL;
-CREATE INDEX IF NOT EXISTS cards_terms ON {s}.cards USING gin (terms);
+-- Terms are looked up in ``card_terms``: no index on ``cards.terms``.
+DROP INDEX IF EXISTS {s}.cards_terms;
 CREATE INDEX IF NOT EXISTS cards_bigrams ON {s}.cards USING gin (bigrams);
 CREATE INDEX IF NOT EXISTS cards_trigrams ON {s}.cards USING gin (fuzzy_text gin_trgm_ops);
 
