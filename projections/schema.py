@@ -86,20 +86,6 @@ CREATE TABLE IF NOT EXISTS {s}.cards (
     PRIMARY KEY (tenant_id, card_id),
     FOREIGN KEY (tenant_id, card_id) REFERENCES {s}.nodes (tenant_id, node_id)
 );
-CREATE INDEX IF NOT EXISTS cards_current ON {s}.cards (tenant_id, kind, scope)
-    WHERE retracted_at IS NULL AND valid_to IS NULL;
-CREATE INDEX IF NOT EXISTS cards_slot ON {s}.cards (tenant_id, aggregate_id);
-CREATE INDEX IF NOT EXISTS cards_type ON {s}.cards (tenant_id, memory_type);
-CREATE INDEX IF NOT EXISTS cards_valid ON {s}.cards USING gist (tenant_id, valid);
-CREATE INDEX IF NOT EXISTS cards_occurred ON {s}.cards (tenant_id, occurred_at)
-    WHERE occurred_at IS NOT NULL;
--- The temporal route: what began (events: occurred) or ended inside a range.
-CREATE INDEX IF NOT EXISTS cards_valid_from ON {s}.cards (tenant_id, valid_from);
-CREATE INDEX IF NOT EXISTS cards_valid_to ON {s}.cards (tenant_id, valid_to)
-    WHERE valid_to IS NOT NULL;
-CREATE INDEX IF NOT EXISTS cards_terms ON {s}.cards USING gin (terms);
-CREATE INDEX IF NOT EXISTS cards_bigrams ON {s}.cards USING gin (bigrams);
-CREATE INDEX IF NOT EXISTS cards_trigrams ON {s}.cards USING gin (fuzzy_text gin_trgm_ops);
 
 CREATE TABLE IF NOT EXISTS {s}.card_versions (
     tenant_id text NOT NULL,
@@ -115,8 +101,6 @@ CREATE TABLE IF NOT EXISTS {s}.card_versions (
     PRIMARY KEY (tenant_id, card_id, version),
     FOREIGN KEY (tenant_id, card_id) REFERENCES {s}.nodes (tenant_id, node_id)
 );
-CREATE INDEX IF NOT EXISTS card_versions_as_of ON {s}.card_versions
-    USING gist (tenant_id, known, valid);
 
 -- Embeddings of card content, derived from ``cards`` by the embedding projection.
 CREATE TABLE IF NOT EXISTS {s}.card_embeddings (
@@ -141,7 +125,6 @@ CREATE TABLE IF NOT EXISTS {s}.card_relations (
     FOREIGN KEY (tenant_id, src_id) REFERENCES {s}.nodes (tenant_id, node_id),
     FOREIGN KEY (tenant_id, dst_id) REFERENCES {s}.nodes (tenant_id, node_id)
 );
-CREATE INDEX IF NOT EXISTS card_relations_dst ON {s}.card_relations (tenant_id, dst_id);
 
 CREATE TABLE IF NOT EXISTS {s}.arbitration_queue (
     tenant_id text NOT NULL,
@@ -161,8 +144,6 @@ CREATE TABLE IF NOT EXISTS {s}.arbitration_queue (
     PRIMARY KEY (tenant_id, case_id),
     FOREIGN KEY (tenant_id, slot_id) REFERENCES {s}.nodes (tenant_id, node_id)
 );
-CREATE INDEX IF NOT EXISTS arbitration_pending ON {s}.arbitration_queue (tenant_id)
-    WHERE decision IS NULL;
 
 -- Consolidation proposals (advisory duplicate / contradiction edges awaiting review).
 CREATE TABLE IF NOT EXISTS {s}.proposals (
@@ -209,6 +190,30 @@ CREATE TABLE IF NOT EXISTS {s}.projection_failures (
 );
 """
 
+#: Secondary indexes, created with the tables, or after a rebuild's bulk copy (building an index
+#: over loaded rows costs less than maintaining it row by row).
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS cards_current ON {s}.cards (tenant_id, kind, scope)
+    WHERE retracted_at IS NULL AND valid_to IS NULL;
+CREATE INDEX IF NOT EXISTS cards_slot ON {s}.cards (tenant_id, aggregate_id);
+CREATE INDEX IF NOT EXISTS cards_type ON {s}.cards (tenant_id, memory_type);
+CREATE INDEX IF NOT EXISTS cards_valid ON {s}.cards USING gist (tenant_id, valid);
+CREATE INDEX IF NOT EXISTS cards_occurred ON {s}.cards (tenant_id, occurred_at)
+    WHERE occurred_at IS NOT NULL;
+-- The temporal route: what began (events: occurred) or ended inside a range.
+CREATE INDEX IF NOT EXISTS cards_valid_from ON {s}.cards (tenant_id, valid_from);
+CREATE INDEX IF NOT EXISTS cards_valid_to ON {s}.cards (tenant_id, valid_to)
+    WHERE valid_to IS NOT NULL;
+CREATE INDEX IF NOT EXISTS cards_terms ON {s}.cards USING gin (terms);
+CREATE INDEX IF NOT EXISTS cards_bigrams ON {s}.cards USING gin (bigrams);
+CREATE INDEX IF NOT EXISTS cards_trigrams ON {s}.cards USING gin (fuzzy_text gin_trgm_ops);
+CREATE INDEX IF NOT EXISTS card_versions_as_of ON {s}.card_versions
+    USING gist (tenant_id, known, valid);
+CREATE INDEX IF NOT EXISTS card_relations_dst ON {s}.card_relations (tenant_id, dst_id);
+CREATE INDEX IF NOT EXISTS arbitration_pending ON {s}.arbitration_queue (tenant_id)
+    WHERE decision IS NULL;
+"""
+
 _POLICY = """
 ALTER TABLE {s}.{t} ENABLE ROW LEVEL SECURITY;
 ALTER TABLE {s}.{t} FORCE ROW LEVEL SECURITY;
@@ -223,17 +228,16 @@ CREATE POLICY projector_reads ON {s}.{t} FOR SELECT TO {writer} USING (true);
 
 def create_read_schema(
     conn: psycopg.Connection[Any], schema: str, reader: str, writer: str, dimensions: int = 512,
-    hnsw: bool = True,
+    hnsw: bool = True, indexes: bool = True,
 ) -> None:
     """Create the read-model tables in ``schema`` (idempotent). ``reader`` (the runtime role)
     selects within its tenant; ``writer`` (the projector) reads every tenant — it projects them
-    all — but inserts and updates only rows of the tenant its transaction set."""
+    all — but inserts and updates only rows of the tenant its transaction set. With
+    ``indexes=False`` only the keys are created: :func:`create_read_indexes` adds the rest."""
     names = {"s": sql.Identifier(schema)}
     conn.execute(sql.SQL(_DDL).format(dims=sql.Literal(dimensions), **names))
-    if hnsw:
-        conn.execute(sql.SQL(
-            "CREATE INDEX IF NOT EXISTS card_embeddings_hnsw ON {s}.card_embeddings "
-            "USING hnsw (embedding vector_cosine_ops)").format(**names))
+    if indexes:
+        create_read_indexes(conn, schema, hnsw)
     for table in TABLES:
         conn.execute(sql.SQL(_POLICY).format(
             t=sql.Identifier(table), writer=sql.Identifier(writer), **names))
@@ -245,3 +249,14 @@ def create_read_schema(
     """
     conn.execute(sql.SQL(grants).format(
         reader=sql.Identifier(reader), writer=sql.Identifier(writer), **names))
+
+
+def create_read_indexes(conn: psycopg.Connection[Any], schema: str, hnsw: bool = True) -> None:
+    """The secondary indexes of the read models in ``schema`` (idempotent); the HNSW index of
+    the embeddings with ``hnsw``."""
+    names = {"s": sql.Identifier(schema)}
+    conn.execute(sql.SQL(_INDEXES).format(**names))
+    if hnsw:
+        conn.execute(sql.SQL(
+            "CREATE INDEX IF NOT EXISTS card_embeddings_hnsw ON {s}.card_embeddings "
+            "USING hnsw (embedding vector_cosine_ops)").format(**names))
