@@ -15,6 +15,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,12 +101,20 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
             raise ProjectionError(f"notification {where[0]} cannot be decoded: {error}") from error
         return Delivered(message.notification_id, event)
 
+    def decode_and_apply(values: list[bytes]) -> int:
+        return projector.apply_batch([decode(v) for v in values])
+
+    #: Batches run in a thread of their own, one at a time: while one waits on the database, the
+    #: event loop goes on fetching the next messages from Kafka.
+    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="projector")
+
     async def apply(values: list[bytes]) -> int:
         """Apply one batch; while the database is away, wait and retry the same batch."""
         delay = 0.5
         while True:
             try:
-                return projector.apply_batch([decode(v) for v in values])
+                return await asyncio.get_running_loop().run_in_executor(
+                    thread, decode_and_apply, values)
             except ProjectionUnavailableError as error:
                 log.warning("%s; retrying in %.1f s", error, delay)
                 await asyncio.sleep(delay)

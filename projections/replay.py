@@ -1,7 +1,8 @@
 """Replay: the same projection driven straight from the event store's notification log, no Kafka.
 
 ``rebuild`` folds the whole log through :func:`projections.cards.project` into a
-:class:`MemorySink`, copies the rows into a fresh schema, checks them, and swaps the schema in with
+:class:`MemorySink`, copies the rows into a fresh schema, checks them, builds the secondary
+indexes over them (cheaper than maintaining them row by row), and swaps the schema in with
 two renames in one transaction (queries keep reading the old one until the commit). It then catches
 the new schema up incrementally with the events written meanwhile. With ``known_at`` it builds the
 read models as they were known at that moment into a schema of their own, and swaps nothing.
@@ -25,8 +26,8 @@ from infra.postgres import Database, admin_database, projector_database, vector_
 from infra.settings import Settings
 from projections.cards import NAME, project
 from projections.projector import Delivered, ProjectionError, Projector
-from projections.schema import create_functions, create_read_schema
-from projections.sinks import MemorySink
+from projections.schema import create_functions, create_read_indexes, create_read_schema
+from projections.sinks import ARRAYS, MemorySink, array_literal, range_literal
 from services.memory import Palimpsest
 
 log = logging.getLogger(__name__)
@@ -113,9 +114,16 @@ def write_rows(admin: Database, schema: str, sink: MemorySink,
             statement = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
                 sql.Identifier(schema), sql.Identifier(table),
                 sql.SQL(", ").join(map(sql.Identifier, columns)))
+            literal = [(i, _LITERALS[c]) for i, c in enumerate(columns) if c in _LITERALS]
             with cur.copy(statement) as copy:
                 for row in rows:
-                    copy.write_row(row)
+                    if literal:
+                        values = list(row)
+                        for i, to_literal in literal:
+                            values[i] = to_literal(values[i])
+                        copy.write_row(values)
+                    else:
+                        copy.write_row(row)
             counts[table] = len(rows)
         for table, expected in counts.items():  # the check: every row landed, keys held
             cur.execute(sql.SQL("SELECT count(*) FROM {}.{}").format(
@@ -124,6 +132,12 @@ def write_rows(admin: Database, schema: str, sink: MemorySink,
             if found != expected:
                 raise ProjectionError(f"rebuild check: {table} has {found} rows, expected {expected}")
     return counts
+
+
+#: Columns copied as literals of their own (the COPY would otherwise dump them element by element).
+_LITERALS: dict[str, Callable[[Any], str | None]] = {
+    **dict.fromkeys(ARRAYS, array_literal), "valid": range_literal, "known": range_literal,
+}
 
 
 def swap(admin: Database, live: str, fresh: str) -> None:
@@ -185,9 +199,11 @@ def rebuild(settings: Settings, app: Palimpsest, *, known_at: datetime | None = 
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(target)))
         create_read_schema(conn, target, reader=settings.runtime_role,
                            writer=settings.projector_role, dimensions=settings.embedding_dimensions,
-                           hnsw=vector_index_enabled(settings))
+                           indexes=False)
     sink, tracking, positions, count = fold(app, head, known_at, progress)
     rows = write_rows(admin, target, sink, tracking, positions, head)
+    with admin.connect(autocommit=True) as conn:  # over the copied rows: cheaper than during
+        create_read_indexes(conn, target, hnsw=vector_index_enabled(settings))
     report = RebuildReport(target, count, head, time.perf_counter() - started, rows)
     if known_at is None and into is None:
         swap(admin, live, target)

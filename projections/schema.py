@@ -89,25 +89,10 @@ CREATE TABLE IF NOT EXISTS {s}.cards (
     PRIMARY KEY (tenant_id, card_id),
     FOREIGN KEY (tenant_id, card_id) REFERENCES {s}.nodes (tenant_id, node_id)
 );
-CREATE INDEX IF NOT EXISTS cards_current ON {s}.cards (tenant_id, kind, scope)
-    WHERE retracted_at IS NULL AND valid_to IS NULL;
-CREATE INDEX IF NOT EXISTS cards_slot ON {s}.cards (tenant_id, aggregate_id);
-CREATE INDEX IF NOT EXISTS cards_type ON {s}.cards (tenant_id, memory_type);
-CREATE INDEX IF NOT EXISTS cards_valid ON {s}.cards USING gist (tenant_id, valid);
-CREATE INDEX IF NOT EXISTS cards_occurred ON {s}.cards (tenant_id, occurred_at)
-    WHERE occurred_at IS NOT NULL;
--- The temporal route: what began (events: occurred) or ended inside a range.
-CREATE INDEX IF NOT EXISTS cards_valid_from ON {s}.cards (tenant_id, valid_from);
-CREATE INDEX IF NOT EXISTS cards_valid_to ON {s}.cards (tenant_id, valid_to)
-    WHERE valid_to IS NOT NULL;
--- Terms are looked up in ``card_terms``: no index on ``cards.terms``.
-DROP INDEX IF EXISTS {s}.cards_terms;
-CREATE INDEX IF NOT EXISTS cards_bigrams ON {s}.cards USING gin (bigrams);
-CREATE INDEX IF NOT EXISTS cards_trigrams ON {s}.cards USING gin (fuzzy_text gin_trgm_ops);
 
--- The words a card can be found by, one row each, kept by the database from ``cards`` (the
--- trigger in ``_FUNCTIONS``) in the same transaction as the card's own row: its terms, the words of its
--- slot's subject and label (the user's own subject says nothing), ``=label:<label>`` and
+-- The words a card can be found by, one row each, kept by the database from ``cards`` (a trigger,
+-- made with the indexes) in the same transaction as the card's own row: its terms, the words of
+-- its slot's subject and label (the user's own subject says nothing), ``=label:<label>`` and
 -- ``=type:<memory_type>``. ``live``: not retracted, superseded or merged. The tags route counts a
 -- card's matching words from this index alone; the fuzzy route asks it which words are known.
 CREATE TABLE IF NOT EXISTS {s}.card_terms (
@@ -136,8 +121,6 @@ CREATE TABLE IF NOT EXISTS {s}.card_versions (
     PRIMARY KEY (tenant_id, card_id, version),
     FOREIGN KEY (tenant_id, card_id) REFERENCES {s}.nodes (tenant_id, node_id)
 );
-CREATE INDEX IF NOT EXISTS card_versions_as_of ON {s}.card_versions
-    USING gist (tenant_id, known, valid);
 
 -- Embeddings of card content, derived from ``cards`` by the embedding projection.
 CREATE TABLE IF NOT EXISTS {s}.card_embeddings (
@@ -162,7 +145,6 @@ CREATE TABLE IF NOT EXISTS {s}.card_relations (
     FOREIGN KEY (tenant_id, src_id) REFERENCES {s}.nodes (tenant_id, node_id),
     FOREIGN KEY (tenant_id, dst_id) REFERENCES {s}.nodes (tenant_id, node_id)
 );
-CREATE INDEX IF NOT EXISTS card_relations_dst ON {s}.card_relations (tenant_id, dst_id);
 
 CREATE TABLE IF NOT EXISTS {s}.arbitration_queue (
     tenant_id text NOT NULL,
@@ -182,8 +164,6 @@ CREATE TABLE IF NOT EXISTS {s}.arbitration_queue (
     PRIMARY KEY (tenant_id, case_id),
     FOREIGN KEY (tenant_id, slot_id) REFERENCES {s}.nodes (tenant_id, node_id)
 );
-CREATE INDEX IF NOT EXISTS arbitration_pending ON {s}.arbitration_queue (tenant_id)
-    WHERE decision IS NULL;
 
 -- Consolidation proposals (advisory duplicate / contradiction edges awaiting review).
 CREATE TABLE IF NOT EXISTS {s}.proposals (
@@ -231,7 +211,7 @@ CREATE TABLE IF NOT EXISTS {s}.projection_failures (
 """
 
 #: The words index's functions. Their statements name the schema: ``swap`` runs this again for
-#: a rebuilt schema renamed into place.
+#: a rebuilt schema renamed into place. The trigger that calls them is made with the indexes.
 _FUNCTIONS = """
 CREATE OR REPLACE FUNCTION {s}.card_words(c {s}.cards) RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
@@ -271,8 +251,31 @@ BEGIN
     RETURN NULL;
 END
 $$;
-CREATE OR REPLACE TRIGGER card_terms_sync AFTER INSERT OR UPDATE ON {s}.cards
-    FOR EACH ROW EXECUTE FUNCTION {s}.card_terms_sync();
+"""
+
+#: Secondary indexes, created with the tables, or after a rebuild's bulk copy (building an index
+#: over loaded rows costs less than maintaining it row by row).
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS cards_current ON {s}.cards (tenant_id, kind, scope)
+    WHERE retracted_at IS NULL AND valid_to IS NULL;
+CREATE INDEX IF NOT EXISTS cards_slot ON {s}.cards (tenant_id, aggregate_id);
+CREATE INDEX IF NOT EXISTS cards_type ON {s}.cards (tenant_id, memory_type);
+CREATE INDEX IF NOT EXISTS cards_valid ON {s}.cards USING gist (tenant_id, valid);
+CREATE INDEX IF NOT EXISTS cards_occurred ON {s}.cards (tenant_id, occurred_at)
+    WHERE occurred_at IS NOT NULL;
+-- The temporal route: what began (events: occurred) or ended inside a range.
+CREATE INDEX IF NOT EXISTS cards_valid_from ON {s}.cards (tenant_id, valid_from);
+CREATE INDEX IF NOT EXISTS cards_valid_to ON {s}.cards (tenant_id, valid_to)
+    WHERE valid_to IS NOT NULL;
+-- Terms are looked up in ``card_terms``: no index on ``cards.terms``.
+DROP INDEX IF EXISTS {s}.cards_terms;
+CREATE INDEX IF NOT EXISTS cards_bigrams ON {s}.cards USING gin (bigrams);
+CREATE INDEX IF NOT EXISTS cards_trigrams ON {s}.cards USING gin (fuzzy_text gin_trgm_ops);
+CREATE INDEX IF NOT EXISTS card_versions_as_of ON {s}.card_versions
+    USING gist (tenant_id, known, valid);
+CREATE INDEX IF NOT EXISTS card_relations_dst ON {s}.card_relations (tenant_id, dst_id);
+CREATE INDEX IF NOT EXISTS arbitration_pending ON {s}.arbitration_queue (tenant_id)
+    WHERE decision IS NULL;
 """
 
 _POLICY = """
@@ -289,18 +292,17 @@ CREATE POLICY projector_reads ON {s}.{t} FOR SELECT TO {writer} USING (true);
 
 def create_read_schema(
     conn: psycopg.Connection[Any], schema: str, reader: str, writer: str, dimensions: int = 512,
-    hnsw: bool = True,
+    hnsw: bool = True, indexes: bool = True,
 ) -> None:
     """Create the read-model tables in ``schema`` (idempotent). ``reader`` (the runtime role)
     selects within its tenant; ``writer`` (the projector) reads every tenant — it projects them
-    all — but inserts and updates only rows of the tenant its transaction set."""
+    all — but inserts and updates only rows of the tenant its transaction set. With
+    ``indexes=False`` only the keys are created: :func:`create_read_indexes` adds the rest."""
     names = {"s": sql.Identifier(schema)}
     conn.execute(sql.SQL(_DDL).format(dims=sql.Literal(dimensions), **names))
     create_functions(conn, schema)
-    if hnsw:
-        conn.execute(sql.SQL(
-            "CREATE INDEX IF NOT EXISTS card_embeddings_hnsw ON {s}.card_embeddings "
-            "USING hnsw (embedding vector_cosine_ops)").format(**names))
+    if indexes:
+        create_read_indexes(conn, schema, hnsw)
     for table in TABLES:
         conn.execute(sql.SQL(_POLICY).format(
             t=sql.Identifier(table), writer=sql.Identifier(writer), **names))
@@ -315,6 +317,35 @@ def create_read_schema(
 
 
 def create_functions(conn: psycopg.Connection[Any], schema: str) -> None:
-    """(Re)create the words index's functions and trigger for ``schema``, as it is named now."""
+    """(Re)create the words index's functions for ``schema``, as it is named now."""
     conn.execute(sql.SQL(_FUNCTIONS).format(s=sql.Identifier(schema),
                                             default_subjects=sql.Literal(list(DEFAULT_SUBJECTS))))
+
+
+_WORDS_FILL = """INSERT INTO {s}.card_terms (tenant_id, term, card_id, live, recorded_at, scope,
+    project_id, group_id)
+SELECT c.tenant_id, w, c.card_id, c.retracted_at IS NULL AND c.valid_to IS NULL
+    AND c.merged_into IS NULL, c.recorded_at, c.scope, c.project_id, c.group_id
+FROM {s}.cards c, unnest({s}.card_words(c)) AS w"""
+
+_WORDS_TRIGGER = """CREATE TRIGGER card_terms_sync AFTER INSERT OR UPDATE ON {s}.cards
+    FOR EACH ROW EXECUTE FUNCTION {s}.card_terms_sync()"""
+
+
+def create_read_indexes(conn: psycopg.Connection[Any], schema: str, hnsw: bool = True) -> None:
+    """The secondary indexes of the read models in ``schema`` (idempotent); the HNSW index of
+    the embeddings with ``hnsw``; and the words index's trigger: when it is not there yet, the
+    words of the cards already stored are written in one statement first (after a rebuild's
+    copy, or on a schema made before the words index)."""
+    names = {"s": sql.Identifier(schema)}
+    conn.execute(sql.SQL(_INDEXES).format(**names))
+    if hnsw:
+        conn.execute(sql.SQL(
+            "CREATE INDEX IF NOT EXISTS card_embeddings_hnsw ON {s}.card_embeddings "
+            "USING hnsw (embedding vector_cosine_ops)").format(**names))
+    armed = conn.execute("SELECT 1 FROM pg_trigger WHERE tgname = 'card_terms_sync' AND tgrelid = "
+                         "to_regclass(%s)", (f"{sql.Identifier(schema).as_string(conn)}.cards",)).fetchone()
+    if not armed:
+        conn.execute(sql.SQL("DELETE FROM {s}.card_terms").format(**names))
+        conn.execute(sql.SQL(_WORDS_FILL).format(**names))
+        conn.execute(sql.SQL(_WORDS_TRIGGER).format(**names))

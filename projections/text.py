@@ -2,7 +2,9 @@
 
 Pure and deterministic: the same text gives the same answer in every process. The heavy resources
 (the jieba prefix dictionary, OpenCC's tables) load lazily, once per process, under a lock;
-:func:`warm_up` loads them ahead of the first request.
+:func:`warm_up` loads them ahead of the first request. The answers for recent texts, and the
+segmentation of recent Han runs, are kept in bounded LRU caches: a replay projects every card's
+text again, and the same values recur across cards.
 
 **Tokens** (:func:`tokenize`, :func:`terms`). Runs of Han characters are segmented by upstream
 ``jieba`` (no HMM: words come from the dictionary only, so nothing like ``端的`` is invented) with a
@@ -36,7 +38,7 @@ import re
 import tempfile
 import threading
 import unicodedata
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from importlib import metadata
 from pathlib import Path
@@ -72,6 +74,12 @@ _STOP_WORDS = """
 #: Dropped from tokens, compared after folding (lower case, Simplified).
 STOP_WORDS: frozenset[str] = frozenset(_STOP_WORDS.split())
 
+#: Texts whose folding, terms and bigrams are kept (a card's text is projected again on every
+#: replay, and the same values recur across cards: cities, skills, tags).
+_TEXTS = 8_192
+#: Han runs whose segmentation is kept: short words and phrases recur across texts.
+_RUNS = 65_536
+
 #: Segmentation uses the dictionary only (deterministic, no invented words from the HMM).
 _HMM = False
 _FORMAT = "2"  # bump when the folded dictionary's format or folding changes
@@ -88,6 +96,7 @@ def _t2s():  # type: ignore[no-untyped-def]
     return to_simplified  # character by character, OpenCC's table (domain.rules.tags)
 
 
+@lru_cache(maxsize=_TEXTS)
 def fold(text: str) -> str:
     """NFKC, lower case, Traditional → Simplified: the text pg_trgm indexes and is queried with.
 
@@ -112,9 +121,9 @@ def tokenize(text: str) -> list[str]:
     tokens: list[str] = []
     for match in _TOKEN.finditer(text):
         if match.lastgroup == "han":
-            candidates: Iterator[str] = _cut(match.group())
+            candidates: Sequence[str] = _cut(match.group())
         else:
-            candidates = iter((match.group().lower(),))
+            candidates = (match.group().lower(),)
         tokens.extend(t for t in candidates if not _is_stop(t))
     return tokens
 
@@ -129,18 +138,20 @@ def _is_stop(token: str) -> bool:
     return _t2s()(token.lower()) in STOP_WORDS
 
 
-def _cut(run: str) -> Iterator[str]:
+@lru_cache(maxsize=_RUNS)
+def _cut(run: str) -> tuple[str, ...]:
     folded = _t2s()(run)
     pieces = _jieba().cut(folded, HMM=_HMM)
     if len(folded) != len(run):  # a conversion that changed the length: keep the folded words
-        yield from (p for p in pieces if p.strip())
-        return
+        return tuple(p for p in pieces if p.strip())
+    words: list[str] = []
     start = 0
     for piece in pieces:
         end = start + len(piece)
         if piece.strip():
-            yield run[start:end]
+            words.append(run[start:end])
         start = end
+    return tuple(words)
 
 
 @lru_cache(maxsize=65_536)
@@ -156,6 +167,7 @@ def _phrases() -> tuple[frozenset[str], int]:
     return phrases, max((len(p.split(" ")) for p in phrases), default=1)
 
 
+@lru_cache(maxsize=_TEXTS)
 def terms(text: str) -> tuple[str, ...]:
     """The normalised terms of ``text``: what a card is indexed under and a query is matched with.
 
@@ -185,6 +197,7 @@ def terms(text: str) -> tuple[str, ...]:
 # bigrams
 
 
+@lru_cache(maxsize=_TEXTS)
 def cjk_bigrams(text: str) -> tuple[str, ...]:
     """Character bigrams of each CJK run of :func:`fold` ed text, deduplicated in order.
 

@@ -3,12 +3,13 @@ gaps filled, poison stops, crash safety, rebuild equals incremental, as-of, tena
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.types.range import Range
 
 import projections.projector as projector_module
 from infra.postgres import Database, projector_database
@@ -20,6 +21,7 @@ from projections.projector import (
     Projector,
 )
 from projections.replay import catch_up, make_projector, read_log, rebuild
+from projections.sinks import array_literal, range_literal
 from services.commands import Arbitrate, Remember
 from services.demo import SimulatedClock, run_demo
 from services.factory import create_app
@@ -64,6 +66,13 @@ def dump(db: Database, schema: str, table: str, tenant: str | None = None) -> li
     with db.connect() as conn:
         rows = conn.execute(query, (tenant,) if tenant else ()).fetchall()
     return sorted(rows, key=repr)
+
+
+def indexes(db: Database, schema: str) -> list[tuple[str, str]]:
+    with db.connect() as conn:
+        rows = conn.execute("SELECT indexname, replace(indexdef, %s, '') FROM pg_indexes "
+                            "WHERE schemaname = %s", (f"{schema}.", schema)).fetchall()
+    return sorted(rows)
 
 
 def deliveries(app: Palimpsest, tenant: str) -> list[Delivered]:
@@ -186,8 +195,9 @@ class TestTime:
 
 
 class TestRebuild:
+    @pytest.mark.parametrize("batch", [500, 7, 1])
     def test_rebuild_equals_the_incremental_read_models(self, pg_settings, admin_db, projector,
-                                                        reads) -> None:
+                                                        reads, batch) -> None:
         clock = SimulatedClock()
         demo_app = create_app(pg_settings, clock=clock)
         try:
@@ -195,7 +205,7 @@ class TestRebuild:
             case_id = script.cases[0]
             demo_app.arbitrate(script.tenant_id, Arbitrate(case_id=case_id, decision="accept_new",
                                                            decided_by="u"))
-            catch_up(projector, demo_app)
+            catch_up(projector, demo_app, batch=batch)  # small batches change stored rows
             report = rebuild(pg_settings, demo_app, into="palimpsest_read_check")
         finally:
             demo_app.close()
@@ -206,6 +216,21 @@ class TestRebuild:
             assert rebuilt == live, f"{table} differs after a rebuild"
         known = reads.current(script.tenant_id, subject="fibon")
         assert [c.content for c in known] == ["2026-11-22"]
+        assert indexes(admin_db, "palimpsest_read_check") == indexes(
+            admin_db, pg_settings.read_schema), "the rebuild builds every index after its copy"
+
+    def test_copied_literals_read_back_as_the_values(self, admin_db) -> None:
+        items = ["plain", 'a "quoted" word', "back\\slash", "comma, brace {}", "", "NULL", "資料庫"]
+        at = datetime(2026, 9, 1, 9, 0, 0, 17, tzinfo=UTC)
+        ranges = [Range(at, None, "[)"), Range(at, at, "[]"), Range(None, at, "(]"),
+                  Range(at, at + timedelta(days=1), "[)"), Range(at, at, "[)")]
+        with admin_db.connect() as conn:
+            assert conn.execute("SELECT %s::text[]", (array_literal(items),)).fetchone()[0] == items
+            assert conn.execute("SELECT %s::text[]", (array_literal([]),)).fetchone()[0] == []
+            for value in ranges:
+                same = conn.execute("SELECT %s::tstzrange = %s::tstzrange",
+                                    (range_literal(value), value)).fetchone()[0]
+                assert same, value
 
     def test_rebuild_as_known_at_a_past_moment(self, pg_settings, admin_db) -> None:
         clock = SimulatedClock()

@@ -58,7 +58,8 @@ def test_agent_projects_relayed_messages(parts, pg_settings) -> None:
     worker = create_faust_app(pg_settings, "127.0.0.1:9", app, projector, outcome,
                               on_poison=lambda: None)
 
-    feed(worker, values)
+    feed(worker, values,
+         until=lambda: reads.wait_for(tenant, written[-1].position, timeout=0).fresh)
     assert reads.wait_for(tenant, written[-1].position, timeout=5).fresh
     assert sorted(c.content for c in reads.current(tenant)) == ["Python", "SQL"]
     assert outcome.poisoned is None
@@ -71,7 +72,7 @@ def test_agent_stops_on_an_undecodable_message(parts, pg_settings) -> None:
     worker = create_faust_app(pg_settings, "127.0.0.1:9", app, projector, outcome,
                               on_poison=lambda: stopped.append(True))
 
-    feed(worker, [b'{"notification_id": 1}'])
+    feed(worker, [b'{"notification_id": 1}'], until=lambda: stopped)
     assert stopped == [True]
     assert outcome.poisoned is not None and "without" in str(outcome.poisoned)
 
