@@ -15,7 +15,7 @@ from psycopg import sql
 from infra.postgres import Database, projector_database
 from infra.settings import Settings
 from projections.replay import swap
-from projections.schema import create_read_schema
+from projections.schema import create_read_indexes, create_read_schema
 from tests.support import new_tenant
 
 pytestmark = pytest.mark.integration
@@ -120,3 +120,26 @@ def test_another_tenant_reads_no_words(writer, schema, runtime_db) -> None:  # t
     with as_tenant(runtime_db, new_tenant()) as conn:
         assert conn.execute(sql.SQL("SELECT count(*) FROM {}.card_terms").format(
             sql.Identifier(schema))).fetchone() == (0,)
+
+
+def test_cards_stored_before_the_trigger_get_their_words_when_it_is_made(admin_db, pg_settings,
+                                                                         writer) -> None:  # type: ignore[no-untyped-def]
+    """A rebuild copies cards into a schema without indexes; making them writes the words."""
+    db, tenant = writer
+    name = f"palimpsest_terms_{uuid.uuid4().hex[:8]}"
+    with admin_db.connect(autocommit=True) as conn:
+        create_read_schema(conn, name, reader=pg_settings.runtime_role, writer=pg_settings.projector_role,
+                           dimensions=pg_settings.embedding_dimensions, hnsw=False, indexes=False)
+    try:
+        with as_tenant(db, tenant) as conn:
+            early = put_card(conn, name, tenant, terms=["early"])
+            assert words(conn, name, early) == {}
+        with admin_db.connect(autocommit=True) as conn:
+            create_read_indexes(conn, name, hnsw=False)
+        with as_tenant(db, tenant) as conn:
+            late = put_card(conn, name, tenant, terms=["late"])
+            assert words(conn, name, early) == {"early": True, "=type:fact": True}
+            assert words(conn, name, late) == {"late": True, "=type:fact": True}
+    finally:
+        with admin_db.connect(autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
