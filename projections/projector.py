@@ -85,6 +85,9 @@ class Projector:
             "VALUES (%s, %s, %s) ON CONFLICT (projection, tenant_id) DO UPDATE SET "
             "position = greatest({}.projection_position.position, excluded.position), "
             "updated_at = now()").format(s, s)
+        #: Both at once, when the batch applied some of the tenant's events.
+        self._track_and_position = sql.Composed(
+            [sql.SQL("WITH t AS ("), self._track, sql.SQL(") "), self._position])
         self._failure = sql.SQL(
             "INSERT INTO {}.projection_failures (projection, tenant_id, notification_id, "
             "originator_id, originator_version, topic, error) VALUES (%s, %s, %s, %s, %s, %s, %s) "
@@ -153,10 +156,14 @@ class Projector:
                 versions[each.originator_id] = each.originator_version
                 applied += 1
             touched.add(event.originator_id)
+        position = max(d.notification_id for d in items)
         if touched:
             ids = list(touched)
-            cur.execute(self._track, (self.name, tenant_id, ids, [versions[i] for i in ids]))
-        cur.execute(self._position, (self.name, tenant_id, max(d.notification_id for d in items)))
+            cur.execute(self._track_and_position, (self.name, tenant_id, ids,
+                                                   [versions[i] for i in ids],
+                                                   self.name, tenant_id, position))
+        else:
+            cur.execute(self._position, (self.name, tenant_id, position))
         return applied
 
     #: The pseudo-tenant of the log position: "every event up to here is applied", advanced

@@ -21,14 +21,13 @@ from datetime import datetime
 from typing import Any
 
 from psycopg import sql
-from psycopg.types.range import Range
 
 from infra.postgres import Database, admin_database, projector_database, vector_index_enabled
 from infra.settings import Settings
 from projections.cards import NAME, project
 from projections.projector import Delivered, ProjectionError, Projector
 from projections.schema import create_read_indexes, create_read_schema
-from projections.sinks import MemorySink
+from projections.sinks import ARRAYS, MemorySink, array_literal, range_literal
 from services.memory import Palimpsest
 
 log = logging.getLogger(__name__)
@@ -135,31 +134,9 @@ def write_rows(admin: Database, schema: str, sink: MemorySink,
     return counts
 
 
-def _array_literal(items: list[str] | None) -> str | None:
-    """``{"a","b"}``: a text array as PostgreSQL reads it, without psycopg's per-element dumping
-    (the bulk of the COPY's time on arrays)."""
-    if items is None:
-        return None
-    quoted = ('NULL' if item is None else
-              '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"' for item in items)
-    return "{" + ",".join(quoted) + "}"
-
-
-def _range_literal(value: Range[datetime] | None) -> str | None:
-    """``["2026-09-01T09:00:00+00:00",)``: a tstzrange literal, bounds as psycopg writes them."""
-    if value is None:
-        return None
-    if value.isempty:
-        return "empty"
-    lower = "" if value.lower is None else f'"{value.lower.isoformat()}"'
-    upper = "" if value.upper is None else f'"{value.upper.isoformat()}"'
-    return f"{'[' if value.lower_inc else '('}{lower},{upper}{']' if value.upper_inc else ')'}"
-
-
 #: Columns copied as literals of their own (the COPY would otherwise dump them element by element).
 _LITERALS: dict[str, Callable[[Any], str | None]] = {
-    "tags": _array_literal, "terms": _array_literal, "bigrams": _array_literal,
-    "current_values": _array_literal, "valid": _range_literal, "known": _range_literal,
+    **dict.fromkeys(ARRAYS, array_literal), "valid": range_literal, "known": range_literal,
 }
 
 

@@ -20,14 +20,8 @@ from projections.projector import (
     ProjectionUnavailableError,
     Projector,
 )
-from projections.replay import (
-    _array_literal,
-    _range_literal,
-    catch_up,
-    make_projector,
-    read_log,
-    rebuild,
-)
+from projections.replay import catch_up, make_projector, read_log, rebuild
+from projections.sinks import array_literal, range_literal
 from services.commands import Arbitrate, Remember
 from services.demo import SimulatedClock, run_demo
 from services.factory import create_app
@@ -231,11 +225,11 @@ class TestRebuild:
         ranges = [Range(at, None, "[)"), Range(at, at, "[]"), Range(None, at, "(]"),
                   Range(at, at + timedelta(days=1), "[)"), Range(at, at, "[)")]
         with admin_db.connect() as conn:
-            assert conn.execute("SELECT %s::text[]", (_array_literal(items),)).fetchone()[0] == items
-            assert conn.execute("SELECT %s::text[]", (_array_literal([]),)).fetchone()[0] == []
+            assert conn.execute("SELECT %s::text[]", (array_literal(items),)).fetchone()[0] == items
+            assert conn.execute("SELECT %s::text[]", (array_literal([]),)).fetchone()[0] == []
             for value in ranges:
                 same = conn.execute("SELECT %s::tstzrange = %s::tstzrange",
-                                    (_range_literal(value), value)).fetchone()[0]
+                                    (range_literal(value), value)).fetchone()[0]
                 assert same, value
 
     def test_rebuild_as_known_at_a_past_moment(self, pg_settings, admin_db) -> None:
