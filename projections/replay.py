@@ -1,11 +1,12 @@
 """Replay: the same projection driven straight from the event store's notification log, no Kafka.
 
 ``rebuild`` folds the whole log through :func:`projections.cards.project` into a
-:class:`MemorySink`, copies the rows into a fresh schema, checks them, builds the secondary
-indexes over them (cheaper than maintaining them row by row), and swaps the schema in with
-two renames in one transaction (queries keep reading the old one until the commit). It then catches
-the new schema up incrementally with the events written meanwhile. With ``known_at`` it builds the
-read models as they were known at that moment into a schema of their own, and swaps nothing.
+:class:`MemorySink` (the server makes the fresh schema meanwhile), copies the rows into it, checks
+them, builds the secondary indexes over them (cheaper than maintaining them row by row), and swaps
+the schema in with two renames in one transaction (queries keep reading the old one until the
+commit). It then catches the new schema up incrementally with the events written meanwhile. With
+``known_at`` it builds the read models as they were known at that moment into a schema of their
+own, and swaps nothing.
 
 ``catch_up`` applies the log from a position through the incremental :class:`Projector`: the same
 code a Kafka-fed projector runs.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -185,6 +187,15 @@ def catch_up(projector: Projector, app: Palimpsest, after: int | None = None,
     return applied
 
 
+def fresh_schema(settings: Settings, admin: Database, schema: str) -> None:
+    """``schema`` dropped and made again, with only the keys of its tables."""
+    with admin.connect(autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+        create_read_schema(conn, schema, reader=settings.runtime_role,
+                           writer=settings.projector_role, dimensions=settings.embedding_dimensions,
+                           indexes=False)
+
+
 def rebuild(settings: Settings, app: Palimpsest, *, known_at: datetime | None = None,
             into: str | None = None, progress: Progress | None = None) -> RebuildReport:
     admin = admin_database(settings)
@@ -195,12 +206,10 @@ def rebuild(settings: Settings, app: Palimpsest, *, known_at: datetime | None = 
         raise ValueError("rebuild into a fresh schema, not the live one")
     started = time.perf_counter()
     head = app.recorder.max_notification_id() or 0
-    with admin.connect(autocommit=True) as conn:
-        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(target)))
-        create_read_schema(conn, target, reader=settings.runtime_role,
-                           writer=settings.projector_role, dimensions=settings.embedding_dimensions,
-                           indexes=False)
-    sink, tracking, positions, count = fold(app, head, known_at, progress)
+    with ThreadPoolExecutor(max_workers=1) as thread:  # the server makes the schema meanwhile
+        schema = thread.submit(fresh_schema, settings, admin, target)
+        sink, tracking, positions, count = fold(app, head, known_at, progress)
+        schema.result()
     rows = write_rows(admin, target, sink, tracking, positions, head)
     with admin.connect(autocommit=True) as conn:  # over the copied rows: cheaper than during
         create_read_indexes(conn, target, hnsw=vector_index_enabled(settings))
