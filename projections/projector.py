@@ -8,11 +8,14 @@ position commit together or not at all. Idempotency is keyed on the event's iden
 - a version beyond the next one means a gap: the missing versions are read from the event store
   (the source of truth) and applied first, in order; if the log does not have them the batch fails;
 - an event the projection cannot decode or apply is recorded in ``projection_failures`` and the
-  batch fails: tracking does not move past it, and the projector stops.
+  batch fails: tracking does not move past it, and the projector stops. A row the database
+  refuses is found the same way: the batch is applied again without the pipeline, statement by
+  statement, so the refusal comes back with its event.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -94,6 +97,7 @@ class Projector:
             "ON CONFLICT (projection, notification_id) DO UPDATE SET error = excluded.error, "
             "failed_at = now()").format(s)
         self._conn: psycopg.Connection[Any] | None = None
+        self._pipelined = True
         for name, value in list(vars(self).items()):  # render once: composing per call is slow
             if isinstance(value, sql.Composable):
                 setattr(self, name, value.as_string(None))
@@ -109,10 +113,24 @@ class Projector:
             self._conn.close()
 
     def apply_batch(self, batch: Sequence[Delivered]) -> int:
-        """Apply a batch in one transaction; returns how many events changed the read models."""
-        applied = 0
+        """Apply a batch in one transaction; returns how many events changed the read models.
+
+        Statements are pipelined, so a row the database refuses is reported at the end of the
+        batch, without its event: the batch is then applied again statement by statement, which
+        stops at that event and records it in ``projection_failures``."""
         try:
-            with self.conn.pipeline(), self.conn.transaction(), self.conn.cursor() as cur:
+            return self._apply(batch, pipelined=True)
+        except psycopg.DatabaseError as error:
+            log.warning("projection %r: the database refused a row (%s); finding its event",
+                        self.name, error)
+            return self._apply(batch, pipelined=False)
+
+    def _apply(self, batch: Sequence[Delivered], pipelined: bool) -> int:
+        applied = 0
+        self._pipelined = pipelined
+        try:
+            with (self.conn.pipeline() if pipelined else contextlib.nullcontext()), \
+                    self.conn.transaction(), self.conn.cursor() as cur:
                 versions = self._versions(cur, batch)
                 ordered = sorted(batch, key=lambda d: d.tenant_id)  # stable: keeps log order
                 for tenant_id, items in groupby(ordered, key=lambda d: d.tenant_id):
@@ -123,6 +141,11 @@ class Projector:
             self._conn = None
             raise ProjectionUnavailableError(
                 f"projection {self.name!r}: the database failed mid-batch: {error}") from error
+        except psycopg.DatabaseError as error:
+            self._conn = None
+            if pipelined:
+                raise  # to apply_batch, which applies the batch again statement by statement
+            raise ProjectionError(f"projection {self.name!r} failed: {error}") from error
         except Exception as error:
             self._conn = None
             raise ProjectionError(f"projection {self.name!r} failed: {error}") from error
@@ -203,6 +226,8 @@ class Projector:
         except TRANSIENT:
             raise
         except Exception as error:
+            if self._pipelined and isinstance(error, psycopg.DatabaseError):
+                raise  # a pipeline reports a refused row late: it may be an earlier event's
             self.record_failure(event.tenant_id, notification_id, event.originator_id,
                                 event.originator_version, type(event).__qualname__, error)
             raise ProjectionError(

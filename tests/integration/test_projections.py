@@ -3,6 +3,7 @@ gaps filled, poison stops, crash safety, rebuild equals incremental, as-of, tena
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -14,6 +15,7 @@ from psycopg.types.range import Range
 import projections.projector as projector_module
 from infra.postgres import Database, projector_database
 from infra.settings import Settings
+from projections.ops import PutEdge
 from projections.projector import (
     Delivered,
     ProjectionError,
@@ -162,6 +164,37 @@ class TestExactlyOnce:
         failures = dump(admin_db, pg_settings.read_schema, "projection_failures", tenant)
         assert len(failures) == 1 and "handler bug" in failures[0][6]
         assert dump(admin_db, pg_settings.read_schema, "projection_tracking", tenant) == []
+
+    def test_a_row_the_database_refuses_is_recorded_against_its_event(
+            self, app, projector, admin_db, pg_settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+        """The pipeline reports the refusal at the end of the batch; the batch is applied again
+        statement by statement, and the failure names the event that made the row."""
+        tenant = new_tenant()
+        app.remember(tenant, state("address", "Taipei"))
+        app.remember(tenant, state("employer", "Acme"))
+        batch = deliveries(app, tenant)
+        culprit = batch[1]
+        original = projector_module.project
+
+        def forged(event: Any) -> Any:
+            ops = list(original(event))
+            if (event.originator_id, event.originator_version) == (
+                    culprit.event.originator_id, culprit.event.originator_version):
+                # an edge to a card that does not exist: the foreign key refuses it
+                ops.append(PutEdge(tenant_id=tenant, src_id=uuid.uuid4(), dst_id=uuid.uuid4(),
+                                   edge="related_to", recorded_at=event.timestamp))
+            return ops
+
+        monkeypatch.setattr(projector_module, "project", forged)
+        with pytest.raises(ProjectionError, match=f"notification {culprit.notification_id}"):
+            projector.apply_batch(batch)
+        failures = dump(admin_db, pg_settings.read_schema, "projection_failures", tenant)
+        assert [row[2] for row in failures] == [culprit.notification_id]
+        assert "foreign key" in failures[0][6]
+        assert dump(admin_db, pg_settings.read_schema, "projection_tracking", tenant) == []
+        assert dump(admin_db, pg_settings.read_schema, "cards", tenant) == []
+        monkeypatch.setattr(projector_module, "project", original)
+        assert projector.apply_batch(batch) == len(batch), "fixed, the same batch applies"
 
 
 class TestTime:
