@@ -9,7 +9,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from domain.policy import Policy
@@ -55,6 +55,11 @@ class RetrievalSettings(BaseModel):
     boost_global: float = 0.9
     aging_days: int = 180
     knowledge_stale_days: int = 90
+    #: Threads that run routes, shared by the searches of one process: a search runs four side by
+    #: side, so 5 serve one search at a time at full speed; raise both for concurrent callers.
+    route_threads: int = Field(default=5, ge=1)
+    #: Connections the query side keeps to PostgreSQL (a route holds one while it runs).
+    connections: int = Field(default=8, ge=1)
 
 
 class Settings(BaseSettings):

@@ -43,7 +43,8 @@ def create_queries(settings: Settings | None = None, clock: Clock = utc_now) -> 
     admin = admin_database(settings)
     if settings.auto_bootstrap:
         bootstrap(admin, settings)
-    read = ReadModels(runtime_database(admin, settings), settings.read_schema, pool_size=8)
+    read = ReadModels(runtime_database(admin, settings), settings.read_schema,
+                      pool_size=settings.retrieval.connections)
     embedder = create_embedder(settings)
     retriever = Retriever(read, settings.read_schema, settings.retrieval, embedder,
                           vector_search=vector_search_available(settings))

@@ -60,7 +60,8 @@ def tuning(settings: RetrievalSettings) -> Tuning:
 
 
 class Retriever:
-    """One per process: it holds the breakers' windows and a small thread pool."""
+    """One per process: it holds the breakers' windows and the routes' thread pool
+    (``route_threads``)."""
 
     def __init__(self, read: ReadModels, schema: str, settings: RetrievalSettings,
                  embedder: Embedder | None, *, vector_search: bool = True,
@@ -82,7 +83,7 @@ class Retriever:
         self.breakers = {name: RouteBreaker(settings.breaker_window, settings.breaker_p95_ms,
                                             settings.breaker_quarantine_s, settings.breaker_probe_s)
                          for name in ROUTES}
-        self.pool = ThreadPoolExecutor(max_workers=len(ROUTES), thread_name_prefix="route")
+        self.pool = ThreadPoolExecutor(max_workers=settings.route_threads, thread_name_prefix="route")
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -5,9 +5,12 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from domain.errors import InvalidCommandError
+from infra.settings import Settings
 from services.retrieval.query import MAX_QUERY_CHARS, RetrievalQuery, parameters, visible
+from services.retrieval.retriever import Retriever
 
 NOW = datetime(2026, 11, 1, 12, tzinfo=UTC)
 VALID = NOW - timedelta(days=60)
@@ -133,3 +136,22 @@ class TestParameters:
     def test_only_known_at_is_used_for_both(self) -> None:
         params = parameters(query(known_at=KNOWN))
         assert (params["valid_at"], params["known_at"]) == (KNOWN, KNOWN)
+
+
+class TestConcurrencySettings:
+    def test_threads_and_connections_come_from_the_environment(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        monkeypatch.setenv("PALIMPSEST_RETRIEVAL__ROUTE_THREADS", "12")
+        monkeypatch.setenv("PALIMPSEST_RETRIEVAL__CONNECTIONS", "20")
+        retrieval = Settings().retrieval
+        assert (retrieval.route_threads, retrieval.connections) == (12, 20)
+        retriever = Retriever(read=None, schema="s", settings=retrieval, embedder=None)  # type: ignore[arg-type]
+        try:
+            assert retriever.pool._max_workers == 12
+        finally:
+            retriever.close()
+
+    @pytest.mark.parametrize("name", ["ROUTE_THREADS", "CONNECTIONS"])
+    def test_none_is_refused(self, monkeypatch: pytest.MonkeyPatch, name: str) -> None:
+        monkeypatch.setenv(f"PALIMPSEST_RETRIEVAL__{name}", "0")
+        with pytest.raises(ValidationError, match=name.lower()):
+            Settings()
