@@ -213,15 +213,17 @@ CREATE TABLE IF NOT EXISTS {s}.projection_failures (
 #: The words index's functions. Their statements name the schema: ``swap`` runs this again for
 #: a rebuilt schema renamed into place. The trigger that calls them is made with the indexes.
 _FUNCTIONS = """
-CREATE OR REPLACE FUNCTION {s}.card_words(c {s}.cards) RETURNS text[]
+-- The columns, not the row: a row argument would be built whole (content included) per call.
+CREATE OR REPLACE FUNCTION {s}.card_words(terms text[], subject text, label text,
+                                          cardinality text, memory_type text) RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
-    SELECT coalesce(array_agg(DISTINCT w), '{{}}') FROM unnest(c.terms
-        || CASE WHEN c.cardinality IS NULL OR c.label IS NULL THEN '{{}}'::text[]
+    SELECT coalesce(array_agg(DISTINCT w), '{{}}') FROM unnest(terms
+        || CASE WHEN cardinality IS NULL OR label IS NULL THEN '{{}}'::text[]
                 ELSE regexp_split_to_array(lower(translate(
-                         CASE WHEN lower(coalesce(c.subject, '')) = ANY({default_subjects}::text[])
-                              THEN c.label ELSE c.subject || ' ' || c.label END, '_-', '  ')), '\\s+')
-                     || ('=label:' || c.label) END
-        || ('=type:' || c.memory_type)) AS w
+                         CASE WHEN lower(coalesce(subject, '')) = ANY({default_subjects}::text[])
+                              THEN label ELSE subject || ' ' || label END, '_-', '  ')), '\\s+')
+                     || ('=label:' || label) END
+        || ('=type:' || memory_type)) AS w
     WHERE w <> ''
 $$;
 
@@ -237,17 +239,21 @@ BEGIN
             IF (OLD.retracted_at IS NULL AND OLD.valid_to IS NULL AND OLD.merged_into IS NULL)
                IS DISTINCT FROM is_live THEN
                 UPDATE {s}.card_terms SET live = is_live
-                WHERE tenant_id = NEW.tenant_id AND term = ANY({s}.card_words(NEW))
-                  AND card_id = NEW.card_id;
+                WHERE tenant_id = NEW.tenant_id AND card_id = NEW.card_id
+                  AND term = ANY({s}.card_words(NEW.terms, NEW.subject, NEW.label,
+                                                NEW.cardinality, NEW.memory_type));
             END IF;
             RETURN NULL;
         END IF;
         DELETE FROM {s}.card_terms
-        WHERE tenant_id = OLD.tenant_id AND term = ANY({s}.card_words(OLD)) AND card_id = OLD.card_id;
+        WHERE tenant_id = OLD.tenant_id AND card_id = OLD.card_id
+          AND term = ANY({s}.card_words(OLD.terms, OLD.subject, OLD.label, OLD.cardinality,
+                                        OLD.memory_type));
     END IF;
     INSERT INTO {s}.card_terms (tenant_id, term, card_id, live, recorded_at, scope, project_id, group_id)
     SELECT NEW.tenant_id, w, NEW.card_id, is_live, NEW.recorded_at, NEW.scope, NEW.project_id, NEW.group_id
-    FROM unnest({s}.card_words(NEW)) AS w;
+    FROM unnest({s}.card_words(NEW.terms, NEW.subject, NEW.label, NEW.cardinality,
+                               NEW.memory_type)) AS w;
     RETURN NULL;
 END
 $$;
@@ -326,7 +332,8 @@ _WORDS_FILL = """INSERT INTO {s}.card_terms (tenant_id, term, card_id, live, rec
     project_id, group_id)
 SELECT c.tenant_id, w, c.card_id, c.retracted_at IS NULL AND c.valid_to IS NULL
     AND c.merged_into IS NULL, c.recorded_at, c.scope, c.project_id, c.group_id
-FROM {s}.cards c, unnest({s}.card_words(c)) AS w"""
+FROM {s}.cards c,
+    unnest({s}.card_words(c.terms, c.subject, c.label, c.cardinality, c.memory_type)) AS w"""
 
 _WORDS_TRIGGER = """CREATE TRIGGER card_terms_sync AFTER INSERT OR UPDATE ON {s}.cards
     FOR EACH ROW EXECUTE FUNCTION {s}.card_terms_sync()"""
