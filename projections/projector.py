@@ -141,13 +141,10 @@ class Projector:
             self._conn = None
             raise ProjectionUnavailableError(
                 f"projection {self.name!r}: the database failed mid-batch: {error}") from error
-        except psycopg.DatabaseError as error:
-            self._conn = None
-            if pipelined:
-                raise  # to apply_batch, which applies the batch again statement by statement
-            raise ProjectionError(f"projection {self.name!r} failed: {error}") from error
         except Exception as error:
             self._conn = None
+            if pipelined and isinstance(error, psycopg.DatabaseError):
+                raise  # to apply_batch, which applies the batch again statement by statement
             raise ProjectionError(f"projection {self.name!r} failed: {error}") from error
         return applied
 

@@ -19,6 +19,8 @@ TABLES = ("nodes", "slots", "cards", "card_terms", "card_versions", "card_embedd
 
 #: Subjects that stand for the user: every personal slot has one, so they say nothing about a card.
 DEFAULT_SUBJECTS = ("user", "me", "i", "self", "我")
+#: How ``card_terms`` spells a card's label and memory type (no term starts with "=").
+LABEL_WORD, TYPE_WORD = "=label:", "=type:"
 
 _DDL = """
 CREATE EXTENSION IF NOT EXISTS btree_gist;
@@ -222,8 +224,8 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
                 ELSE regexp_split_to_array(lower(translate(
                          CASE WHEN lower(coalesce(subject, '')) = ANY({default_subjects}::text[])
                               THEN label ELSE subject || ' ' || label END, '_-', '  ')), '\\s+')
-                     || ('=label:' || label) END
-        || ('=type:' || memory_type)) AS w
+                     || ({label_word} || label) END
+        || ({type_word} || memory_type)) AS w
     WHERE w <> ''
 $$;
 
@@ -324,8 +326,9 @@ def create_read_schema(
 
 def create_functions(conn: psycopg.Connection[Any], schema: str) -> None:
     """(Re)create the words index's functions for ``schema``, as it is named now."""
-    conn.execute(sql.SQL(_FUNCTIONS).format(s=sql.Identifier(schema),
-                                            default_subjects=sql.Literal(list(DEFAULT_SUBJECTS))))
+    conn.execute(sql.SQL(_FUNCTIONS).format(
+        s=sql.Identifier(schema), default_subjects=sql.Literal(list(DEFAULT_SUBJECTS)),
+        label_word=sql.Literal(LABEL_WORD), type_word=sql.Literal(TYPE_WORD)))
 
 
 _WORDS_FILL = """INSERT INTO {s}.card_terms (tenant_id, term, card_id, live, recorded_at, scope,

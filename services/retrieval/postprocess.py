@@ -23,6 +23,7 @@ from services.retrieval.scoring import (
     aging_facts,
     contradictions,
     decay_anchor,
+    fuse,
     route_ranks,
     stale_knowledge,
     top_n,
@@ -95,8 +96,8 @@ def process(rankings: Mapping[str, Sequence[UUID]], candidates: Mapping[UUID, Ca
     ``decay_at`` where decay counts to, when not ``now`` (a question about April: April's end).
     ``explain=False`` leaves the trace empty: the ranking is the same, and cheaper to make."""
     ranks = route_ranks(rankings)
-    fused = {card_id: sum(1.0 / (tuning.rrf_k + rank) for rank in found.values())
-             for card_id, found in ranks.items() if card_id in candidates}
+    fused = {card_id: score for card_id, score in fuse(ranks, tuning.rrf_k).items()
+             if card_id in candidates}
     trace: dict[UUID, dict[str, Any]] = {
         card_id: {"routes": ranks[card_id], "rrf": round(score, 6)}
         for card_id, score in fused.items()} if explain else {}

@@ -36,7 +36,7 @@ from services.retrieval.results import (
     RetrievedCard,
     RouteReport,
 )
-from services.retrieval.scoring import Candidate, DecayPolicy, ScopeBoost, rrf
+from services.retrieval.scoring import Candidate, DecayPolicy, ScopeBoost, by_score, rrf
 from services.retrieval.semantic import SemanticRoute
 from services.retrieval.tags import TagsRoute
 from services.retrieval.temporal import TemporalRoute
@@ -101,8 +101,7 @@ class Retriever:
         reports = {name: RouteReport(status="unavailable", detail=why)
                    for name, why in self.unavailable.items()}
         rankings = self._run(tenant_id, query, self.routes, reports, self.settings.route_timeout_ms)
-        seeds = [card_id for card_id, _ in sorted(rrf(rankings, self.settings.rrf_k).items(),
-                                                  key=lambda item: (-item[1], item[0]))]
+        seeds = by_score(rrf(rankings, self.settings.rrf_k))
         rankings |= self._run(tenant_id, query, [self.graph], reports, self.settings.graph_budget_ms,
                               seeds=seeds[:self.settings.graph_seeds])
         fused = rrf(rankings, self.settings.rrf_k)
@@ -144,7 +143,7 @@ class Retriever:
         top n all score above that, the rest cannot change them; the cards that would share an
         alert with one of them (its slot, a ``contradicts`` edge) are loaded too. ``explain``
         loads every candidate, for the trace."""
-        order = sorted(fused, key=lambda card_id: (-fused[card_id], card_id))
+        order = by_score(fused)
         first = len(order) if query.explain else max(LOAD_FIRST, LOAD_PER_RESULT * (
             query.top_n or self.tuning.top_n))
         candidates, records = load_candidates(conn, self.ctx, query, order[:first])

@@ -58,8 +58,17 @@ class Contradiction:
 
 def rrf(rankings: Mapping[str, Sequence[UUID]], k: int = 60) -> dict[UUID, float]:
     """Reciprocal Rank Fusion: Σ over routes of 1 / (k + rank), rank from 1; repeats in a route count once."""
-    return {card_id: sum(1.0 / (k + rank) for rank in ranks.values())
-            for card_id, ranks in route_ranks(rankings).items()}
+    return fuse(route_ranks(rankings), k)
+
+
+def fuse(ranks: Mapping[UUID, Mapping[str, int]], k: int = 60) -> dict[UUID, float]:
+    """:func:`rrf` from ranks already found by :func:`route_ranks`."""
+    return {card_id: sum(1.0 / (k + rank) for rank in found.values()) for card_id, found in ranks.items()}
+
+
+def by_score(scores: Mapping[UUID, float]) -> list[UUID]:
+    """Card ids best first; equal scores in id order."""
+    return sorted(scores, key=lambda card_id: (-scores[card_id], card_id))
 
 
 def route_ranks(rankings: Mapping[str, Sequence[UUID]]) -> dict[UUID, dict[str, int]]:

@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from projections.schema import LABEL_WORD, TYPE_WORD
 from projections.text import terms
 from services.retrieval.lexicon import labels_named, types_named
 from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters, scope_of
@@ -37,11 +38,11 @@ ORDER BY hits.shared DESC, hits.recorded_at DESC, c.card_id LIMIT %(limit)s"""
 MAX_TERMS = 32
 
 
-def card_words(query_terms: list[str], labels: list[str], types: list[str]) -> list[str]:
+def index_words(query_terms: list[str], labels: list[str], types: list[str]) -> list[str]:
     """What the query looks up in ``card_terms``: its terms, and the labels and memory types it
     names in the index's own spelling."""
-    return [*query_terms, *(f"=label:{label}" for label in labels),
-            *(f"=type:{kind}" for kind in types)]
+    return [*query_terms, *(LABEL_WORD + label for label in labels),
+            *(TYPE_WORD + kind for kind in types)]
 
 
 class TagsRoute:
@@ -58,7 +59,7 @@ class TagsRoute:
         statement = (sql.SQL(_AS_OF).format(counted=counted, s=ctx.s, visible=ctx.visible(query))
                      if query.as_of else sql.SQL(_CURRENT).format(counted=counted))
         rows = conn.execute(statement, {
-            **parameters(query), "terms": card_words(wanted, labels, types),
+            **parameters(query), "terms": index_words(wanted, labels, types),
             "limit": ctx.settings.tags_limit}).fetchall()
         named = (("labels", labels), ("types", types))
         note = "terms: " + " | ".join(wanted) + "".join(
