@@ -7,7 +7,7 @@ caller's identity and the database shows nothing else.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -76,10 +76,15 @@ class ReadModels:
         self.pool.close()
 
     @contextmanager
-    def tenant(self, tenant_id: str) -> Iterator[psycopg.Connection[Any]]:
+    def tenant(self, tenant_id: str, settings: Mapping[str, str] | None = None,
+               ) -> Iterator[psycopg.Connection[Any]]:
+        """A transaction that reads as ``tenant_id``, with these settings for its length
+        (``SET LOCAL``), all set in one statement."""
         check_tenant(tenant_id)
+        gucs = {"palimpsest.tenant": tenant_id, **(settings or {})}
+        setting = "SELECT " + ", ".join("set_config(%s, %s, true)" for _ in gucs)
         with self.pool.connection() as conn, conn.transaction():
-            conn.execute("SELECT set_config('palimpsest.tenant', %s, true)", (tenant_id,))
+            conn.execute(setting, [value for pair in gucs.items() for value in pair])
             yield conn
 
     def current(self, tenant_id: str, subject: str | None = None) -> list[CardRecord]:

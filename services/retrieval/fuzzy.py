@@ -2,7 +2,9 @@
 (those are the tags route's hits: fuzzy is for what is misspelt or segmented differently), time
 words left to the temporal route.
 
-CJK: the share of the query's character bigrams a card contains; Latin: pg_trgm
+CJK: the share of the query's character bigrams a card contains, and at least two of them when the
+query has two or more: one shared pair is chance (工作 sits inside 工作坊 in thousands of cards), and
+a card is found through the index by a pair of them, never by one common bigram alone; Latin: pg_trgm
 ``word_similarity`` of the query's words (stop words and words under four letters dropped) to the
 card's folded text. Both measure how much of the *query* the card holds, in [0, 1], so the higher
 one wins. A card must reach ``fuzzy_threshold`` on bigrams or ``fuzzy_trigram_threshold`` on
@@ -10,6 +12,7 @@ trigrams (short Latin words share trigrams by chance, so that bar is higher). To
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import psycopg
@@ -18,17 +21,18 @@ from psycopg import sql
 from projections.text import cjk_bigrams, latin_words, terms, tokenize
 from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters, shared_count
 
-#: Bigrams of a query beyond this many are not counted (the first ones are).
-MAX_BIGRAMS = 32
+#: Bigrams of a query beyond this many are not counted (the first ones are); a card is looked up
+#: by any two of them, so this many make n·(n−1)/2 index conditions.
+MAX_BIGRAMS = 12
 #: A Latin word shorter than this has too few trigrams to tell a typo from chance ("now" shares
 #: most of its own with "know", "snow", "November"): it is left to the other routes.
 MIN_TRIGRAM_WORD = 4
 _TRIGRAMS = "word_similarity(%(latin)s, c.fuzzy_text)"
 
 _SQL = """SELECT card_id FROM (
-    SELECT c.card_id, c.recorded_at, {bigram} AS b, {trigram} AS t FROM {s}.cards c
-    WHERE ({match}) AND {visible}) AS m
-WHERE b >= %(threshold)s OR t >= %(trigram_threshold)s
+    SELECT c.card_id, c.recorded_at, {shared} AS shared, {bigram} AS b, {trigram} AS t
+    FROM {s}.cards c WHERE ({match}) AND {visible}) AS m
+WHERE (b >= %(threshold)s AND shared >= %(least_shared)s) OR t >= %(trigram_threshold)s
 ORDER BY greatest(b, t) DESC, recorded_at DESC, card_id LIMIT %(limit)s"""
 
 
@@ -46,6 +50,17 @@ def unknown_words(conn: psycopg.Connection[Any], ctx: RouteContext, text: str) -
     return [word for word, found in words.items() if not found or not set(found) <= known]
 
 
+def bigram_match(count: int) -> sql.Composable:
+    """The index condition for a card holding two of the query's ``count`` bigrams (named ``b0``,
+    ``b1`` … by :func:`shared_count`), or the one when there is only one."""
+    if count == 1:
+        return sql.SQL("c.bigrams @> ARRAY[%(b0)s]::text[]")
+    return sql.SQL(" OR ").join(
+        sql.SQL("c.bigrams @> ARRAY[{}, {}]::text[]").format(sql.Placeholder(f"b{i}"),
+                                                             sql.Placeholder(f"b{j}"))
+        for i, j in itertools.combinations(range(count), 2))
+
+
 class FuzzyRoute:
     name = "fuzzy"
 
@@ -58,21 +73,22 @@ class FuzzyRoute:
         latin = " ".join(w for w in latin_words(text) if len(w) >= MIN_TRIGRAM_WORD)
         if not bigrams and not latin:
             return Hits([], "nothing to match")
-        matches = []
+        matches: list[sql.Composable] = []
         if bigrams:
-            matches.append("c.bigrams && %(bigrams)s::text[]")
+            matches.append(bigram_match(len(bigrams)))
         if latin:
-            matches.append("%(latin)s <%% c.fuzzy_text")
+            matches.append(sql.SQL("%(latin)s <%% c.fuzzy_text"))
             conn.execute(sql.SQL("SET LOCAL pg_trgm.word_similarity_threshold = {}").format(
                 sql.Literal(ctx.settings.fuzzy_trigram_threshold)))
         shared, names = shared_count("c.bigrams", "b", bigrams)
         bigram = shared + sql.SQL("::float4 / %(nbigrams)s") if bigrams else sql.SQL("0::float4")
         statement = sql.SQL(_SQL).format(
-            s=ctx.s, visible=ctx.visible(query), match=sql.SQL(" OR ".join(matches)),
-            bigram=bigram, trigram=sql.SQL(_TRIGRAMS if latin else "0::float4"))
+            s=ctx.s, visible=ctx.visible(query), match=sql.SQL(" OR ").join(matches),
+            shared=shared, bigram=bigram, trigram=sql.SQL(_TRIGRAMS if latin else "0::float4"))
         settings = ctx.settings
         rows = conn.execute(statement, {
-            **parameters(query), **names, "bigrams": bigrams, "nbigrams": len(bigrams), "latin": latin,
+            **parameters(query), **names, "nbigrams": len(bigrams), "least_shared": min(2, len(bigrams)),
+            "latin": latin,
             "threshold": settings.fuzzy_threshold, "trigram_threshold": settings.fuzzy_trigram_threshold,
             "limit": settings.fuzzy_top_k}).fetchall()
         return Hits([row["card_id"] for row in rows], "words: " + " | ".join(words))

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg import sql
 
 from domain.errors import InvalidCommandError
 from infra.embedders import Embedder
@@ -44,6 +43,12 @@ from services.retrieval.temporal import TemporalRoute
 log = logging.getLogger(__name__)
 
 ROUTES = ("semantic", "tags", "fuzzy", "temporal", "graph")
+
+#: For statements whose best plan does not depend on the values they are given (a walk from a few
+#: ids, a load by id): psycopg prepares a statement a connection runs often, and the server then
+#: keeps one plan for it instead of planning every call, which for a list of ids costs more than
+#: running it. The routes that search (words, ranges, a vector) keep a plan per call.
+GENERIC_PLANS = {"plan_cache_mode": "force_generic_plan"}
 
 #: Candidates loaded before the first ranking: at least this many, or this many per result asked.
 LOAD_FIRST, LOAD_PER_RESULT = 40, 8
@@ -103,9 +108,9 @@ class Retriever:
         rankings = self._run(tenant_id, query, self.routes, reports, self.settings.route_timeout_ms)
         seeds = by_score(rrf(rankings, self.settings.rrf_k))
         rankings |= self._run(tenant_id, query, [self.graph], reports, self.settings.graph_budget_ms,
-                              seeds=seeds[:self.settings.graph_seeds])
+                              GENERIC_PLANS, seeds=seeds[:self.settings.graph_seeds])
         fused = rrf(rankings, self.settings.rrf_k)
-        with self.read.tenant(tenant_id) as conn:
+        with self.read.tenant(tenant_id, GENERIC_PLANS) as conn:
             projected = self.read.position(conn, tenant_id) if pending else None
             unprojected = [w for w in pending if projected is None or w.position > projected]
 
@@ -139,23 +144,25 @@ class Retriever:
                        ) -> tuple[Outcome, dict[UUID, dict[str, Any]]]:
         """Load the candidates best fused first, and only as many as can still reach the top:
         decay never raises a score and no card is boosted more than the query's largest scope
-        boost, so a card left unloaded scores at most its fused score times that boost. When the
-        top n all score above that, the rest cannot change them; the cards that would share an
-        alert with one of them (its slot, a ``contradicts`` edge) are loaded too. ``explain``
-        loads every candidate, for the trace."""
+        boost, so a card left unloaded scores at most its fused score times that boost. While the
+        n-th score does not beat that for the best card left, as many again are loaded (decay
+        can sink the first ones far below their fused scores). Then the cards that would share
+        an alert with a chosen one (its slot, a ``contradicts`` edge) are loaded too.
+        ``explain`` loads every candidate, for the trace."""
         order = by_score(fused)
-        first = len(order) if query.explain else max(LOAD_FIRST, LOAD_PER_RESULT * (
-            query.top_n or self.tuning.top_n))
-        candidates, records = load_candidates(conn, self.ctx, query, order[:first])
+        top = query.top_n or self.tuning.top_n
+        loaded = len(order) if query.explain else max(LOAD_FIRST, LOAD_PER_RESULT * top)
+        candidates, records = load_candidates(conn, self.ctx, query, order[:loaded])
         outcome = rank(candidates)
-        rest = order[first:]
+        largest = self.tuning.boosts.largest(query.project_id)
+        while loaded < len(order) and (len(outcome.ranked) < top
+                                       or outcome.ranked[-1][1] <= fused[order[loaded]] * largest):
+            more, more_records = load_candidates(conn, self.ctx, query, order[loaded:2 * loaded])
+            candidates, records, loaded = candidates | more, records | more_records, 2 * loaded
+            outcome = rank(candidates)
+        rest = order[loaded:]
         if not rest:
             return outcome, records
-        top = query.top_n or self.tuning.top_n
-        ceiling = fused[rest[0]] * self.tuning.boosts.largest(query.project_id)
-        if len(outcome.ranked) < top or outcome.ranked[-1][1] <= ceiling:
-            more, more_records = load_candidates(conn, self.ctx, query, rest)
-            return rank(candidates | more), records | more_records
         chosen = [card_id for card_id, _ in outcome.ranked if card_id in records]
         slots = [records[card_id]["aggregate_id"] for card_id in chosen
                  if outcome.candidates[card_id].is_single_state]
@@ -179,12 +186,13 @@ class Retriever:
         return cards
 
     def _run(self, tenant_id: str, query: RetrievalQuery, routes: Sequence[Route],
-             reports: dict[str, RouteReport], budget_ms: float, **extra: Any) -> dict[str, list[UUID]]:
+             reports: dict[str, RouteReport], budget_ms: float,
+             settings: Mapping[str, str] | None = None, **extra: Any) -> dict[str, list[UUID]]:
         futures: dict[str, Future[tuple[Hits, float]]] = {}
         for route in routes:
             if self.breakers[route.name].allow(self.monotonic()):
                 futures[route.name] = self.pool.submit(self._call, route, tenant_id, query, budget_ms,
-                                                       extra)
+                                                       settings or {}, extra)
             else:
                 reports[route.name] = RouteReport(status="quarantined",
                                                   detail="P95 latency over the limit; probing")
@@ -215,15 +223,13 @@ class Retriever:
         return rankings
 
     def _call(self, route: Route, tenant_id: str, query: RetrievalQuery, budget_ms: float,
-              extra: dict[str, Any]) -> tuple[Hits, float]:
+              settings: Mapping[str, str], extra: dict[str, Any]) -> tuple[Hits, float]:
         started = time.perf_counter()
-        with self.read.tenant(tenant_id) as conn:
-            # the server cancels a little after the caller stopped waiting: the route reads as
-            # timed out, and its connection is back in the pool soon after
-            # the routes already run side by side on few cores: no parallel workers per route
-            conn.execute(sql.SQL("SET LOCAL statement_timeout = {}; "
-                                 "SET LOCAL max_parallel_workers_per_gather = 0").format(
-                sql.Literal(int(budget_ms) + 250)))
+        # the server cancels a little after the caller stopped waiting: the route reads as timed
+        # out, and its connection is back in the pool soon after; the routes already run side by
+        # side on few cores: no parallel workers per route
+        with self.read.tenant(tenant_id, {"statement_timeout": str(int(budget_ms) + 250),
+                                          "max_parallel_workers_per_gather": "0", **settings}) as conn:
             hits = route(conn, query, self.ctx, **extra)
         return hits, (time.perf_counter() - started) * 1000
 

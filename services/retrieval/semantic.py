@@ -41,8 +41,8 @@ class SemanticRoute:
         settings = ctx.settings
         candidates = min(max(settings.semantic_candidates, settings.semantic_top_k), 1_000)
         # the index is shared by every tenant and model: keep scanning until enough pass the filter
-        conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}; SET LOCAL hnsw.iterative_scan = "
-                             "relaxed_order").format(sql.Literal(candidates)))
+        conn.execute("SELECT set_config('hnsw.ef_search', %s, true), "
+                     "set_config('hnsw.iterative_scan', 'relaxed_order', true)", (str(candidates),))
         statement = sql.SQL(_SQL).format(s=ctx.s, visible=ctx.visible(query))
         rows = conn.execute(statement, {
             **parameters(query), "vector": self.vector(query.text), "model": self.embedder.model,
