@@ -23,8 +23,8 @@ from services.retrieval.scoring import (
     aging_facts,
     contradictions,
     decay_anchor,
-    fuse,
     route_ranks,
+    rrf,
     stale_knowledge,
     top_n,
 )
@@ -91,13 +91,15 @@ def _same_slot(a: Candidate, b: Candidate) -> bool:
 def process(rankings: Mapping[str, Sequence[UUID]], candidates: Mapping[UUID, Candidate], *,
             now: datetime, as_of: bool, current_project: str | None, tuning: Tuning = Tuning(),
             pending: Sequence[PendingWrite] = (), top: int | None = None,
-            decay_at: datetime | None = None, explain: bool = True) -> Outcome:
+            decay_at: datetime | None = None, explain: bool = True,
+            fused: Mapping[UUID, float] | None = None) -> Outcome:
     """The whole chain; ``now`` is the query's reference time (the as-of moment for as-of);
     ``decay_at`` where decay counts to, when not ``now`` (a question about April: April's end).
-    ``explain=False`` leaves the trace empty: the ranking is the same, and cheaper to make."""
-    ranks = route_ranks(rankings)
-    fused = {card_id: score for card_id, score in fuse(ranks, tuning.rrf_k).items()
-             if card_id in candidates}
+    ``explain=False`` leaves the trace empty: the ranking is the same, and cheaper to make.
+    ``fused``: the RRF scores of ``rankings``, when the caller has them already."""
+    every = rrf(rankings, tuning.rrf_k) if fused is None else fused
+    fused = {card_id: every[card_id] for card_id in candidates if card_id in every}
+    ranks = route_ranks(rankings) if explain else {}
     trace: dict[UUID, dict[str, Any]] = {
         card_id: {"routes": ranks[card_id], "rrf": round(score, 6)}
         for card_id, score in fused.items()} if explain else {}

@@ -106,10 +106,12 @@ class Retriever:
         reports = {name: RouteReport(status="unavailable", detail=why)
                    for name, why in self.unavailable.items()}
         rankings = self._run(tenant_id, query, self.routes, reports, self.settings.route_timeout_ms)
-        seeds = by_score(rrf(rankings, self.settings.rrf_k))
-        rankings |= self._run(tenant_id, query, [self.graph], reports, self.settings.graph_budget_ms,
-                              GENERIC_PLANS, seeds=seeds[:self.settings.graph_seeds])
         fused = rrf(rankings, self.settings.rrf_k)
+        walked = self._run(tenant_id, query, [self.graph], reports, self.settings.graph_budget_ms,
+                           GENERIC_PLANS, seeds=by_score(fused)[:self.settings.graph_seeds])
+        for card_id, score in rrf(walked, self.settings.rrf_k).items():  # RRF adds up per route
+            fused[card_id] = fused.get(card_id, 0.0) + score
+        rankings |= walked
         with self.read.tenant(tenant_id, GENERIC_PLANS) as conn:
             projected = self.read.position(conn, tenant_id) if pending else None
             unprojected = [w for w in pending if projected is None or w.position > projected]
@@ -118,7 +120,7 @@ class Retriever:
                 return process(rankings, candidates, now=query.reference_time, as_of=query.as_of,
                                current_project=query.project_id, tuning=self.tuning,
                                pending=unprojected, top=query.top_n, decay_at=decay_at(query),
-                               explain=query.explain)
+                               explain=query.explain, fused=fused)
 
             outcome, records = self._load_and_rank(conn, query, fused, rank)
             chosen = [outcome.candidates[card_id] for card_id, _ in outcome.ranked]

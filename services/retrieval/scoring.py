@@ -57,13 +57,16 @@ class Contradiction:
 
 
 def rrf(rankings: Mapping[str, Sequence[UUID]], k: int = 60) -> dict[UUID, float]:
-    """Reciprocal Rank Fusion: Σ over routes of 1 / (k + rank), rank from 1; repeats in a route count once."""
-    return fuse(route_ranks(rankings), k)
-
-
-def fuse(ranks: Mapping[UUID, Mapping[str, int]], k: int = 60) -> dict[UUID, float]:
-    """:func:`rrf` from ranks already found by :func:`route_ranks`."""
-    return {card_id: sum(1.0 / (k + rank) for rank in found.values()) for card_id, found in ranks.items()}
+    """Reciprocal Rank Fusion: Σ over routes of 1 / (k + rank), rank from 1; repeats in a route count
+    once, at their best rank (the ranks :func:`route_ranks` reports)."""
+    scores: dict[UUID, float] = {}
+    for ids in rankings.values():
+        seen: set[UUID] = set()
+        for rank, card_id in enumerate(ids, start=1):
+            if card_id not in seen:
+                seen.add(card_id)
+                scores[card_id] = scores.get(card_id, 0.0) + 1.0 / (k + rank)
+    return scores
 
 
 def by_score(scores: Mapping[UUID, float]) -> list[UUID]:
