@@ -13,6 +13,7 @@ trigrams (short Latin words share trigrams by chance, so that bar is higher). To
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
@@ -64,6 +65,10 @@ def bigram_match(count: int) -> sql.Composable:
 class FuzzyRoute:
     name = "fuzzy"
 
+    def settings(self, ctx: RouteContext) -> Mapping[str, str]:
+        # the index finds what ``<%`` accepts: the trigram bar itself
+        return {"pg_trgm.word_similarity_threshold": str(ctx.settings.fuzzy_trigram_threshold)}
+
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
         words = unknown_words(conn, ctx, query.words)
         if not words:
@@ -78,8 +83,6 @@ class FuzzyRoute:
             matches.append(bigram_match(len(bigrams)))
         if latin:
             matches.append(sql.SQL("%(latin)s <%% c.fuzzy_text"))
-            conn.execute(sql.SQL("SET LOCAL pg_trgm.word_similarity_threshold = {}").format(
-                sql.Literal(ctx.settings.fuzzy_trigram_threshold)))
         shared, names = shared_count("c.bigrams", "b", bigrams)
         bigram = shared + sql.SQL("::float4 / %(nbigrams)s") if bigrams else sql.SQL("0::float4")
         statement = sql.SQL(_SQL).format(

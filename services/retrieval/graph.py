@@ -7,12 +7,13 @@ It runs after the others, on its own ``graph_budget_ms`` statement timeout."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters
+from services.retrieval.query import GENERIC_PLANS, Hits, RetrievalQuery, RouteContext, parameters
 
 _SQL = """WITH seeds AS (SELECT * FROM unnest(%(seeds)s::uuid[]) WITH ORDINALITY AS s(id, rank)),
 starts AS (  -- a state card stands for its slot too: events link to the slot they affect
@@ -39,6 +40,9 @@ GROUP BY r.card_id ORDER BY seed_rank, linked_at DESC, r.card_id LIMIT %(limit)s
 
 class GraphRoute:
     name = "graph"
+
+    def settings(self, ctx: RouteContext) -> Mapping[str, str]:
+        return GENERIC_PLANS  # a walk from a few ids: the same plan fits every call
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext,
                  seeds: list[Any] | None = None) -> Hits:

@@ -9,6 +9,7 @@ superseded by their survivor.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from functools import cached_property
@@ -141,11 +142,29 @@ class Hits:
     note: str | None = None
 
 
+#: For statements whose best plan does not depend on the values they are given (a walk from a few
+#: ids, a load by id): psycopg prepares a statement a connection runs often, and the server then
+#: keeps one plan for it instead of planning every call, which for a list of ids costs more than
+#: running it. The routes that search (words, ranges, a vector) keep a plan per call.
+GENERIC_PLANS = {"plan_cache_mode": "force_generic_plan"}
+
+
 class Route(Protocol):
     name: str
 
+    def settings(self, ctx: RouteContext) -> Mapping[str, str]:
+        """Server settings for the route's transaction (``SET LOCAL``), set with the tenant in
+        one statement."""
+
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery,
                  ctx: RouteContext) -> Hits: ...
+
+
+class PlainRoute:
+    """A route that needs no server settings of its own."""
+
+    def settings(self, ctx: RouteContext) -> Mapping[str, str]:
+        return {}
 
 
 def shared_count(column: str, prefix: str, values: list[str]) -> tuple[sql.Composable, dict[str, str]]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime
 from typing import Any
@@ -26,7 +26,7 @@ from services.retrieval.candidates import alert_partners, load_arbitrations, loa
 from services.retrieval.fuzzy import FuzzyRoute
 from services.retrieval.graph import GraphRoute
 from services.retrieval.postprocess import Outcome, PendingWrite, Tuning, process
-from services.retrieval.query import Hits, RetrievalQuery, Route, RouteContext
+from services.retrieval.query import GENERIC_PLANS, Hits, RetrievalQuery, Route, RouteContext
 from services.retrieval.results import (
     Alerts,
     ContradictionAlert,
@@ -43,12 +43,6 @@ from services.retrieval.temporal import TemporalRoute
 log = logging.getLogger(__name__)
 
 ROUTES = ("semantic", "tags", "fuzzy", "temporal", "graph")
-
-#: For statements whose best plan does not depend on the values they are given (a walk from a few
-#: ids, a load by id): psycopg prepares a statement a connection runs often, and the server then
-#: keeps one plan for it instead of planning every call, which for a list of ids costs more than
-#: running it. The routes that search (words, ranges, a vector) keep a plan per call.
-GENERIC_PLANS = {"plan_cache_mode": "force_generic_plan"}
 
 #: Candidates loaded before the first ranking: at least this many, or this many per result asked.
 LOAD_FIRST, LOAD_PER_RESULT = 40, 8
@@ -108,7 +102,7 @@ class Retriever:
         rankings = self._run(tenant_id, query, self.routes, reports, self.settings.route_timeout_ms)
         fused = rrf(rankings, self.settings.rrf_k)
         walked = self._run(tenant_id, query, [self.graph], reports, self.settings.graph_budget_ms,
-                           GENERIC_PLANS, seeds=by_score(fused)[:self.settings.graph_seeds])
+                           seeds=by_score(fused)[:self.settings.graph_seeds])
         for card_id, score in rrf(walked, self.settings.rrf_k).items():  # RRF adds up per route
             fused[card_id] = fused.get(card_id, 0.0) + score
         rankings |= walked
@@ -188,13 +182,12 @@ class Retriever:
         return cards
 
     def _run(self, tenant_id: str, query: RetrievalQuery, routes: Sequence[Route],
-             reports: dict[str, RouteReport], budget_ms: float,
-             settings: Mapping[str, str] | None = None, **extra: Any) -> dict[str, list[UUID]]:
+             reports: dict[str, RouteReport], budget_ms: float, **extra: Any) -> dict[str, list[UUID]]:
         futures: dict[str, Future[tuple[Hits, float]]] = {}
         for route in routes:
             if self.breakers[route.name].allow(self.monotonic()):
                 futures[route.name] = self.pool.submit(self._call, route, tenant_id, query, budget_ms,
-                                                       settings or {}, extra)
+                                                       extra)
             else:
                 reports[route.name] = RouteReport(status="quarantined",
                                                   detail="P95 latency over the limit; probing")
@@ -225,13 +218,14 @@ class Retriever:
         return rankings
 
     def _call(self, route: Route, tenant_id: str, query: RetrievalQuery, budget_ms: float,
-              settings: Mapping[str, str], extra: dict[str, Any]) -> tuple[Hits, float]:
+              extra: dict[str, Any]) -> tuple[Hits, float]:
         started = time.perf_counter()
         # the server cancels a little after the caller stopped waiting: the route reads as timed
         # out, and its connection is back in the pool soon after; the routes already run side by
         # side on few cores: no parallel workers per route
         with self.read.tenant(tenant_id, {"statement_timeout": str(int(budget_ms) + 250),
-                                          "max_parallel_workers_per_gather": "0", **settings}) as conn:
+                                          "max_parallel_workers_per_gather": "0",
+                                          **route.settings(self.ctx)}) as conn:
             hits = route(conn, query, self.ctx, **extra)
         return hits, (time.perf_counter() - started) * 1000
 

@@ -8,6 +8,7 @@ configured embedding model are compared.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -15,6 +16,7 @@ import psycopg
 from psycopg import sql
 
 from infra.embedders import Embedder
+from infra.settings import RetrievalSettings
 from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters
 
 _SQL = """WITH nearest AS MATERIALIZED (
@@ -24,6 +26,11 @@ _SQL = """WITH nearest AS MATERIALIZED (
 SELECT n.card_id FROM nearest n JOIN {s}.cards c ON c.card_id = n.card_id
 WHERE n.distance <= 1 - %(min_similarity)s AND {visible}
 ORDER BY n.distance, n.card_id LIMIT %(limit)s"""
+
+
+def candidates(settings: RetrievalSettings) -> int:
+    """How many nearest vectors are read before the filter."""
+    return min(max(settings.semantic_candidates, settings.semantic_top_k), 1_000)
 
 
 class SemanticRoute:
@@ -37,15 +44,15 @@ class SemanticRoute:
         (vector,) = self.embedder.embed([text])
         return "[" + ",".join(map(repr, vector)) + "]"
 
+    def settings(self, ctx: RouteContext) -> Mapping[str, str]:
+        # the index is shared by every tenant and model: keep scanning until enough pass the filter
+        return {"hnsw.ef_search": str(candidates(ctx.settings)), "hnsw.iterative_scan": "relaxed_order"}
+
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
         settings = ctx.settings
-        candidates = min(max(settings.semantic_candidates, settings.semantic_top_k), 1_000)
-        # the index is shared by every tenant and model: keep scanning until enough pass the filter
-        conn.execute("SELECT set_config('hnsw.ef_search', %s, true), "
-                     "set_config('hnsw.iterative_scan', 'relaxed_order', true)", (str(candidates),))
         statement = sql.SQL(_SQL).format(s=ctx.s, visible=ctx.visible(query))
         rows = conn.execute(statement, {
             **parameters(query), "vector": self.vector(query.text), "model": self.embedder.model,
-            "candidates": candidates, "limit": settings.semantic_top_k,
+            "candidates": candidates(settings), "limit": settings.semantic_top_k,
             "min_similarity": settings.semantic_min_similarity}).fetchall()
         return Hits([row["card_id"] for row in rows])

@@ -21,7 +21,14 @@ from psycopg import sql
 from projections.schema import LABEL_WORD, TYPE_WORD
 from projections.text import terms
 from services.retrieval.lexicon import labels_named, types_named
-from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters, scope_of
+from services.retrieval.query import (
+    Hits,
+    PlainRoute,
+    RetrievalQuery,
+    RouteContext,
+    parameters,
+    scope_of,
+)
 
 _COUNTED = """SELECT t.card_id, count(*) AS shared, max(t.recorded_at) AS recorded_at
     FROM {s}.card_terms t WHERE t.term = ANY(%(terms)s::text[]) AND {live}{scope}
@@ -45,7 +52,7 @@ def index_words(query_terms: list[str], labels: list[str], types: list[str]) -> 
             *(TYPE_WORD + kind for kind in types)]
 
 
-class TagsRoute:
+class TagsRoute(PlainRoute):
     name = "tags"
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:

@@ -16,7 +16,7 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
-from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters
+from services.retrieval.query import Hits, PlainRoute, RetrievalQuery, RouteContext, parameters
 
 #: Events newest first straight from the occurred_at index, so a busy month costs no more than
 #: the rows returned; states and knowledge only when the events leave room.
@@ -32,7 +32,7 @@ _CHANGED = ("(c.valid_from >= %(lo{i})s AND c.valid_from < %(hi{i})s) "
             "OR (c.valid_to >= %(lo{i})s AND c.valid_to < %(hi{i})s)")
 
 
-class TemporalRoute:
+class TemporalRoute(PlainRoute):
     name = "temporal"
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:

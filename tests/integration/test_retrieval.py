@@ -24,7 +24,7 @@ from services.factory import create_app, create_queries
 from services.queries import Queries
 from services.retrieval import retriever as retriever_module
 from services.retrieval.postprocess import pending_state
-from services.retrieval.query import Hits
+from services.retrieval.query import Hits, PlainRoute
 from tests.support import START, Clock, new_tenant, state
 
 pytestmark = pytest.mark.integration
@@ -32,14 +32,14 @@ pytestmark = pytest.mark.integration
 TALK_AT = START + timedelta(days=1)  # occurred_at is read before the write advances the clock
 
 
-class Boom:
+class Boom(PlainRoute):
     name = "tags"
 
     def __call__(self, conn: Any, query: Any, ctx: Any) -> Hits:
         raise RuntimeError("index corrupted")
 
 
-class Slow:
+class Slow(PlainRoute):
     name = "fuzzy"
 
     def __call__(self, conn: Any, query: Any, ctx: Any) -> Hits:
@@ -191,6 +191,71 @@ def test_a_card_left_unloaded_still_raises_its_contradiction(pg_settings, admin_
     assert lean.diagnostics.candidates_loaded == 2 < lean.diagnostics.candidates_found, lean.diagnostics
     assert [a.card_ids for a in lean.alerts.contradictions] == [tuple(sorted((new, old)))]
     assert lean.alerts == full.alerts
+
+
+def test_loading_grows_until_the_rest_cannot_reach_the_top(pg_settings, admin_db, monkeypatch) -> None:
+    """Decay can sink the best fused candidates far below the rest: the retriever then loads as
+    many again, and stops as soon as the best card left unloaded cannot beat the answer."""
+    patient = pg_settings.retrieval.model_copy(update={"breaker_p95_ms": 10_000.0, "route_timeout_ms": 10_000,
+                                                        "graph_seeds": 0})
+    settings = pg_settings.model_copy(update={"retrieval": patient})
+    clock, tenant = Clock(), new_tenant()
+    app = create_app(settings, clock=clock)
+    try:
+        for n in range(20):  # one word of the question each, the oldest last among equals
+            clock.advance(minutes=1)
+            app.remember(tenant, Remember(kind="event", memory_type="event", occurred_at=clock.now,
+                                          content=f"Friday lunch number {n}"))
+        for n in range(12):  # both words, but long ago by the time of the question
+            clock.advance(minutes=1)
+            app.remember(tenant, Remember(kind="event", memory_type="event", occurred_at=clock.now,
+                                          content=f"Friday deploy checklist, item {n}"))
+        clock.advance(days=400)
+        new = app.remember(tenant, Remember(kind="event", memory_type="event", occurred_at=clock.now,
+                                            content="The deploy went fine")).card_id
+        project_log(settings, app, admin=admin_db)
+    finally:
+        app.close()
+    monkeypatch.setattr(retriever_module, "LOAD_FIRST", 1)
+    monkeypatch.setattr(retriever_module, "LOAD_PER_RESULT", 1)
+    queries = create_queries(settings, clock)
+    try:
+        queries.retriever.routes = [r for r in queries.retriever.routes if r.name == "tags"]
+        question = queries.query("Friday deploy", top_n=1)
+        lean = queries.search(tenant, question)
+        full = queries.search(tenant, replace(question, explain=True))
+    finally:
+        queries.close()
+    # tags rank: 12 old two-word events, then the new card (newest of the one-word ones), then
+    # 20 more: loads of 1, 2, 4, 8, 16 reach it, and the 17th cannot beat it after the boost
+    assert [c.card_id for c in lean.results] == [c.card_id for c in full.results] == [new]
+    assert lean.diagnostics.candidates_found == 33
+    assert lean.diagnostics.candidates_loaded == 16, lean.diagnostics
+
+
+def test_fuzzy_needs_two_shared_bigrams_when_the_question_has_two(pg_settings, admin_db) -> None:
+    """One shared character pair is chance: 工作 sits in 工作室 as in 工作坊. A question of one
+    pair matches it alone."""
+    clock, tenant = Clock(), new_tenant()
+    app = create_app(pg_settings, clock=clock)
+    try:
+        workshop = app.remember(tenant, Remember(kind="event", memory_type="event", occurred_at=clock.now,
+                                                 content="週末 監控告警工作坊")).card_id
+        studio = app.remember(tenant, Remember(kind="event", memory_type="event", occurred_at=clock.now,
+                                               content="週末 兼職工作室")).card_id
+        project_log(pg_settings, app, admin=admin_db)
+    finally:
+        app.close()
+    queries = create_queries(pg_settings, clock)
+    try:
+        queries.retriever.routes = [r for r in queries.retriever.routes if r.name == "fuzzy"]
+        # neither 工作 nor 作坊 is a word of either card (工作坊, 工作室 are): both go to fuzzy
+        two = queries.search(tenant, "工作 作坊")
+        one = queries.search(tenant, "工作")
+    finally:
+        queries.close()
+    assert [c.card_id for c in two.results] == [workshop], two.diagnostics.routes["fuzzy"]
+    assert {c.card_id for c in one.results} == {workshop, studio}, one.diagnostics.routes["fuzzy"]
 
 
 def test_a_write_not_yet_projected_replaces_what_it_supersedes(world) -> None:
