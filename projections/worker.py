@@ -15,6 +15,7 @@ from projections.embeddings import EmbeddingProjection
 from projections.faust_app import POISON_EXIT, Outcome, create_faust_app
 from projections.projector import ProjectionError
 from projections.replay import catch_up, make_projector
+from projections.text import warm_up
 from services.factory import create_app
 
 log = logging.getLogger(__name__)
@@ -79,6 +80,7 @@ def _run_projector(settings: Settings, servers: str) -> int:
         return POISON_EXIT
     if settings.projector_embeddings:
         start_embeddings(settings, stop)
+    warm_up()  # the tokenizer loads now, not inside the first batch while its partition waits
     outcome = Outcome()
     worker_app = create_faust_app(settings, servers, app, projector, outcome)
     try:
