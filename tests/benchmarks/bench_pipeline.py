@@ -12,7 +12,7 @@ then reports, all in one run so the figures share the machine's load:
   machine it moves less than the wall-clock rates;
 - relay: the log published to Kafka, events/s;
 - Faust: a projector process consuming that topic into a fresh schema, events/s from its first
-  to its last applied event (group join excluded);
+  to its last applied event (group join excluded), and the CPU time that process spent meanwhile;
 - lag: writes at a steady rate through relay → Kafka → Faust, commit-to-visible p50 / p95 / max.
 """
 
@@ -117,6 +117,15 @@ def projector_process(settings: Settings, schema: str, topic: str, log: Path) ->
                             stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a live process, from ``/proc`` (0 where there is none)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def faust_throughput(settings: Settings, app: Palimpsest, head: int, folder: Path,
                      workers: int = 1) -> float:
     topic = "bench-throughput"
@@ -136,17 +145,22 @@ def faust_throughput(settings: Settings, app: Palimpsest, head: int, folder: Pat
                  for i in range(workers)]
     try:
         first = None
+        cpu = 0.0
         deadline = time.monotonic() + 600
         while True:
             seen = positions(settings, "bench_faust")
             if seen and first is None:
                 first = time.perf_counter()
+                cpu = sum(cpu_seconds(p.pid) for p in processes)
             if all(seen.get(t, 0) >= p for t, p in wanted.items()):
                 break
             if time.monotonic() > deadline or any(p.poll() is not None for p in processes):
                 raise RuntimeError((folder / "faust-0.log").read_text()[-2000:])
             time.sleep(0.05)
         elapsed = time.perf_counter() - (first or time.perf_counter())
+        cpu = sum(cpu_seconds(p.pid) for p in processes) - cpu
+        print(f"Faust CPU        {cpu:>9.2f} s in the projector process(es) over those {elapsed:.2f} s "
+              f"({cpu / head * 1e6:.0f} µs per event; the server's is not counted)")
     finally:
         for process in processes:
             process.terminate()
