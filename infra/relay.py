@@ -7,7 +7,10 @@ LISTEN/NOTIFY on PostgreSQL, no polling loop of ours) and publishes each notific
 * key: the event's tenant (see :func:`message_key`), so a tenant's events — and so each aggregate's
   — stay in log order in one partition;
 * value: JSON ``{"notification_id", "originator_id", "originator_version", "topic", "state"}``
-  with ``state`` the base64 of the stored (transcoded, possibly compressed) state bytes.
+  with ``state`` the base64 of the stored (transcoded, possibly compressed) state bytes; or, for
+  consecutive events of one key, ``{"events": [those objects, in log order]}`` — up to
+  ``events_per_message`` of them and about ``MESSAGE_BYTES`` (a consumer pays per message, not per
+  byte: Faust's handling of one message costs as much as projecting its event).
 
 Position. The relay keeps its own row in ``<event schema>.relay_position`` (one per relay name)
 and advances it only after the producer has flushed the batch and the broker acknowledged every
@@ -66,6 +69,8 @@ log = logging.getLogger(__name__)
 
 POSITION_TABLE = "relay_position"
 _MESSAGE_FIELDS = ("notification_id", "originator_id", "originator_version", "topic", "state")
+#: About how many bytes of events one message carries (Kafka's default limit is 1 MB).
+MESSAGE_BYTES = 256 * 1024
 _NO_TOPIC_ID = {"", "None", "00000000-0000-0000-0000-000000000000", "AAAAAAAAAAAAAAAAAAAAAA"}
 
 
@@ -102,16 +107,8 @@ class StoredEventMessage:
 
 
 def encode_message(notification: Notification) -> tuple[bytes, bytes]:
-    """``(key, value)`` of the Kafka message carrying ``notification``."""
-    originator_id = str(notification.originator_id)
-    value = {
-        "notification_id": int(notification.id),
-        "originator_id": originator_id,
-        "originator_version": int(notification.originator_version),
-        "topic": notification.topic,
-        "state": base64.b64encode(bytes(notification.state)).decode("ascii"),
-    }
-    return message_key(notification), json.dumps(value, separators=(",", ":")).encode()
+    """``(key, value)`` of a Kafka message carrying ``notification`` alone."""
+    return message_key(notification), json.dumps(_body(notification), separators=(",", ":")).encode()
 
 
 def message_key(notification: Notification) -> bytes:
@@ -124,22 +121,73 @@ def message_key(notification: Notification) -> bytes:
     return str(tenant or notification.originator_id).encode()
 
 
-def decode_message(value: bytes) -> StoredEventMessage:
-    """The notification a relayed Kafka message value carries."""
+def encode_messages(notifications: Sequence[Notification], per_message: int
+                    ) -> list[tuple[bytes, bytes, int]]:
+    """``(key, value, events)`` of the Kafka messages carrying ``notifications``: consecutive
+    events of one key share a message, in log order, up to ``per_message`` events and about
+    :data:`MESSAGE_BYTES`; a key's messages come in log order too."""
+    open_: dict[bytes, tuple[list[dict[str, Any]], int]] = {}
+    out: list[tuple[bytes, bytes, int]] = []
+
+    def close(key: bytes) -> None:
+        bodies, _ = open_.pop(key)
+        body = bodies[0] if len(bodies) == 1 else {"events": bodies}
+        out.append((key, json.dumps(body, separators=(",", ":")).encode(), len(bodies)))
+
+    for notification in notifications:
+        key, body = message_key(notification), _body(notification)
+        size = len(body["state"]) + 200
+        bodies, total = open_.get(key, ([], 0))
+        if bodies and (len(bodies) >= per_message or total + size > MESSAGE_BYTES):
+            close(key)
+            bodies, total = [], 0
+        bodies.append(body)
+        open_[key] = (bodies, total + size)
+    for key in list(open_):
+        close(key)
+    return out
+
+
+def _body(notification: Notification) -> dict[str, Any]:
+    return {
+        "notification_id": int(notification.id),
+        "originator_id": str(notification.originator_id),
+        "originator_version": int(notification.originator_version),
+        "topic": notification.topic,
+        "state": base64.b64encode(bytes(notification.state)).decode("ascii"),
+    }
+
+
+def decode_messages(value: bytes) -> list[StoredEventMessage]:
+    """The notifications a relayed Kafka message value carries, in log order."""
     try:
         body = json.loads(value)
-        missing = [name for name in _MESSAGE_FIELDS if name not in body]
-        if missing:
-            raise RelayError(f"relayed message without {', '.join(missing)}")
-        return StoredEventMessage(
-            notification_id=int(body["notification_id"]),
-            originator_id=UUID(body["originator_id"]),
-            originator_version=int(body["originator_version"]),
-            topic=str(body["topic"]),
-            state=base64.b64decode(body["state"], validate=True),
-        )
-    except (ValueError, TypeError, binascii.Error) as error:
+        if isinstance(body, dict) and isinstance(body.get("events"), list):
+            return [_decoded(each) for each in body["events"]]
+        return [_decoded(body)]
+    except (ValueError, TypeError, AttributeError, binascii.Error) as error:
         raise RelayError(f"not a relayed message: {error}") from error
+
+
+def decode_message(value: bytes) -> StoredEventMessage:
+    """The one notification a relayed Kafka message value carries."""
+    messages = decode_messages(value)
+    if len(messages) != 1:
+        raise RelayError(f"a relayed message of {len(messages)} events, not one")
+    return messages[0]
+
+
+def _decoded(body: Any) -> StoredEventMessage:
+    missing = [name for name in _MESSAGE_FIELDS if name not in body]
+    if missing:
+        raise RelayError(f"relayed message without {', '.join(missing)}")
+    return StoredEventMessage(
+        notification_id=int(body["notification_id"]),
+        originator_id=UUID(body["originator_id"]),
+        originator_version=int(body["originator_version"]),
+        topic=str(body["topic"]),
+        state=base64.b64decode(body["state"], validate=True),
+    )
 
 
 # --- PostgreSQL ------------------------------------------------------------------------------------
@@ -283,6 +331,7 @@ class Relay:
     def __init__(
         self, recorder: PostgresApplicationRecorder, bootstrap: str, *, topic: str,
         partitions: int = 4, name: str = "main", batch_size: int = 500, linger_ms: int = 5,
+        events_per_message: int = 100,
         check_interval: float = 5.0, request_timeout_ms: int = 10_000,
         delivery_timeout_ms: int = 30_000, schema: str | None = None,
     ) -> None:
@@ -292,6 +341,7 @@ class Relay:
         self.partitions = partitions
         self.name = name
         self.batch_size = batch_size
+        self.events_per_message = max(1, events_per_message)
         self.linger_ms = linger_ms
         self.check_interval = check_interval
         self.request_timeout_ms = request_timeout_ms
@@ -314,7 +364,8 @@ class Relay:
     ) -> Relay:
         return cls(
             recorder, bootstrap, topic=settings.kafka_topic, partitions=settings.kafka_partitions,
-            name=name, schema=settings.event_schema, **options,
+            name=name, schema=settings.event_schema,
+            events_per_message=settings.kafka_events_per_message, **options,
         )
 
     # -- state --
@@ -514,8 +565,7 @@ class Relay:
         started = time.monotonic()
         producer = self._producer_client()
         futures = []
-        for notification in batch:
-            key, value = encode_message(notification)
+        for key, value, _ in encode_messages(batch, self.events_per_message):
             futures.append(producer.send(self.topic, key=key, value=value))
         producer.flush(timeout=self.delivery_timeout_ms / 1000 + 5)
         lowest: dict[int, int] = {}

@@ -81,8 +81,9 @@ class Settings(BaseSettings):
     #: The role projectors run as: reads the log, writes the read models, tenant by tenant.
     projector_role: str = "palimpsest_projector"
     projector_password: SecretStr | None = None
-    #: Events per projector transaction.
-    projector_batch: int = 500
+    #: Events per projector transaction (Kafka or the log): each transaction also writes every
+    #: tenant's tracking and position, so larger ones cost less per event.
+    projector_batch: int = Field(default=2_000, ge=1)
     #: Run the embedding projection inside the projector process.
     projector_embeddings: bool = True
     #: The PostgreSQL schema that holds the event store.
@@ -99,6 +100,8 @@ class Settings(BaseSettings):
     kafka_bootstrap: str | None = None
     kafka_topic: str = "palimpsest.events"
     kafka_partitions: int = 4
+    #: At most this many consecutive events of one tenant travel in one Kafka message.
+    kafka_events_per_message: int = Field(default=100, ge=1)
     #: Short group timeouts: a consumer group's first join takes seconds, not tens of seconds.
     kafka_session_timeout_ms: int = 6_000
     kafka_rebalance_timeout_ms: int = 6_000

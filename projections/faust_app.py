@@ -21,7 +21,7 @@ from typing import Any
 
 import faust
 
-from infra.relay import decode_message
+from infra.relay import decode_messages
 from infra.settings import Settings
 from projections.projector import Delivered, ProjectionError, ProjectionUnavailableError, Projector
 from services.memory import Palimpsest
@@ -88,21 +88,39 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
     topic = worker.topic(settings.kafka_topic, key_type=bytes, value_type=bytes,
                          key_serializer="raw", value_serializer="raw")
 
-    def decode(value: bytes) -> Delivered:
-        message = None
+    def decode(value: bytes) -> list[Delivered]:
         try:
-            message = decode_message(value)
-            event = app.mapper.to_domain_event(message.to_stored_event())
+            messages = decode_messages(value)
         except Exception as error:
-            where: tuple[Any, ...] = (
-                message.notification_id, message.originator_id, message.originator_version,
-                message.topic) if message else (-1, None, None, None)
-            projector.record_failure(Projector.LOG, where[0], where[1], where[2], where[3], error)
-            raise ProjectionError(f"notification {where[0]} cannot be decoded: {error}") from error
-        return Delivered(message.notification_id, event)
+            projector.record_failure(Projector.LOG, -1, None, None, None, error)
+            raise ProjectionError(f"a message cannot be decoded: {error}") from error
+        delivered = []
+        for message in messages:
+            try:
+                event = app.mapper.to_domain_event(message.to_stored_event())
+            except Exception as error:
+                projector.record_failure(Projector.LOG, message.notification_id,
+                                         message.originator_id, message.originator_version,
+                                         message.topic, error)
+                raise ProjectionError(f"notification {message.notification_id} cannot be "
+                                      f"decoded: {error}") from error
+            delivered.append(Delivered(message.notification_id, event))
+        return delivered
 
     def decode_and_apply(values: list[bytes]) -> int:
-        return projector.apply_batch([decode(v) for v in values])
+        """A message may carry many events: at most ``projector_batch`` go in one transaction.
+        (A retry after the database came back applies the same messages again: what was
+        committed is skipped by the tracking.)"""
+        size = settings.projector_batch
+        applied, pending = 0, []
+        for value in values:
+            pending.extend(decode(value))
+            while len(pending) >= size:
+                applied += projector.apply_batch(pending[:size])
+                pending = pending[size:]
+        if pending:
+            applied += projector.apply_batch(pending)
+        return applied
 
     #: Batches run in a thread of their own, one at a time: while one waits on the database, the
     #: event loop goes on fetching the next messages from Kafka.

@@ -219,7 +219,7 @@ def rebuild(settings: Settings, app: Palimpsest, *, known_at: datetime | None = 
         report.schema, report.swapped = live, True
         projector = make_projector(settings, app, live, admin)
         try:
-            report.caught_up = catch_up(projector, app, head)
+            report.caught_up = catch_up(projector, app, head, batch=settings.projector_batch)
         finally:
             projector.close()
     log.info("rebuilt %s: %d events in %.1f s", report.schema, count, report.seconds)

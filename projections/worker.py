@@ -73,7 +73,7 @@ def _run_projector(settings: Settings, servers: str) -> int:
     projector = make_projector(settings, app, admin=admin)
     stop = threading.Event()
     try:
-        caught = catch_up(projector, app)
+        caught = catch_up(projector, app, batch=settings.projector_batch)
         log.info("caught up %d event(s) from the log", caught)
     except ProjectionError as error:
         log.critical("projector stopped: %s", error)
@@ -136,7 +136,7 @@ def project_log(settings: Settings, app: Any, admin: Database | None = None) -> 
     admin = admin or admin_database(settings)
     projector = make_projector(settings, app, admin=admin)
     try:
-        applied = catch_up(projector, app)
+        applied = catch_up(projector, app, batch=settings.projector_batch)
     finally:
         projector.close()
     embedded = embedding_projection(settings, admin).embed_all() if settings.projector_embeddings else 0

@@ -272,7 +272,7 @@ def main() -> None:
         fresh_schema(settings, "bench_catchup")
         projector = make_projector(settings, app, schema="bench_catchup")
         started, cpu = time.perf_counter(), time.process_time()
-        applied = catch_up(projector, app)
+        applied = catch_up(projector, app, batch=settings.projector_batch)
         baseline = applied / (time.perf_counter() - started)
         projector.close()
         print(f"catch-up         {baseline:>9,.0f} events/s  (incremental sink, no Kafka: baseline; "

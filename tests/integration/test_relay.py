@@ -20,9 +20,12 @@ from infra.broker import EmbeddedBroker, ensure_topic, kafka_bootstrap
 from infra.postgres import Database
 from infra.relay import (
     Relay,
+    RelayError,
     RelayState,
     decode_message,
+    decode_messages,
     encode_message,
+    encode_messages,
     ensure_relay_table,
     log_head,
 )
@@ -95,8 +98,9 @@ def relay_until(relay: Relay, position: int, timeout: float = 20.0) -> None:
 
 
 def consume(bootstrap: str, topic: str, at_least: int, timeout: float = 15.0, idle: float = 0.7) -> list[Any]:
-    """Every message of ``topic`` from the beginning: polls until ``at_least`` arrived and then
-    nothing more for ``idle`` seconds (tansu's end offsets are not the high watermark)."""
+    """Every message of ``topic`` from the beginning: polls until messages carrying ``at_least``
+    events arrived and then nothing more for ``idle`` seconds (tansu's end offsets are not the
+    high watermark)."""
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
         allow_auto_create_topics=False, fetch_max_wait_ms=100, request_timeout_ms=10_000,
@@ -108,6 +112,7 @@ def consume(bootstrap: str, topic: str, at_least: int, timeout: float = 15.0, id
         consumer.assign(assigned)
         consumer.seek_to_beginning(*assigned)
         records: list[Any] = []
+        events = 0
         deadline = time.monotonic() + timeout
         quiet_since = time.monotonic()
         while time.monotonic() < deadline:
@@ -115,8 +120,9 @@ def consume(bootstrap: str, topic: str, at_least: int, timeout: float = 15.0, id
             got = [r for batch in polled.values() for r in batch]
             if got:
                 records.extend(got)
+                events += sum(len(decode_messages(r.value)) for r in got)
                 quiet_since = time.monotonic()
-            elif len(records) >= at_least and time.monotonic() - quiet_since >= idle:
+            elif events >= at_least and time.monotonic() - quiet_since >= idle:
                 break
         return records
     finally:
@@ -124,7 +130,7 @@ def consume(bootstrap: str, topic: str, at_least: int, timeout: float = 15.0, id
 
 
 def notification_ids(records: list[Any]) -> list[int]:
-    return [decode_message(r.value).notification_id for r in records]
+    return [m.notification_id for r in records for m in decode_messages(r.value)]
 
 
 def stored_state(db: Database, name: str) -> RelayState | None:
@@ -158,6 +164,32 @@ def test_message_round_trip(app: Palimpsest) -> None:
     assert event.originator_version == notification.originator_version
 
 
+def notification(number: int, tenant: str, state_bytes: int = 10) -> Notification:
+    state = json.dumps({"tenant_id": tenant, "pad": "x" * state_bytes}).encode()
+    return Notification(id=number, originator_id=uuid4(), originator_version=1, topic="t", state=state)
+
+
+def test_consecutive_events_of_a_tenant_share_a_message_in_log_order() -> None:
+    log = [notification(i, "a" if i % 3 else "b") for i in range(1, 13)]
+    messages = encode_messages(log, per_message=3)
+    by_key: dict[bytes, list[int]] = {}
+    for key, value, count in messages:
+        carried = decode_messages(value)
+        assert 1 <= len(carried) == count <= 3
+        by_key.setdefault(key, []).extend(m.notification_id for m in carried)
+    assert by_key == {b"a": [n.id for n in log if n.id % 3], b"b": [n.id for n in log if not n.id % 3]}
+    assert len(messages) == 3 + 2  # 8 of "a" in 3, 4 of "b" in 2
+    # one event alone keeps the one-event form; a message holds about MESSAGE_BYTES at most
+    ((_, single, _),) = encode_messages(log[:1], per_message=100)
+    assert decode_message(single).notification_id == 1
+    big = [notification(i, "a", state_bytes=90_000) for i in range(1, 6)]  # 120 KB each in base64
+    assert [count for _, _, count in encode_messages(big, per_message=100)] == [2, 2, 1]
+    with pytest.raises(RelayError):
+        decode_message(encode_messages(log[:2], per_message=100)[0][1])
+    with pytest.raises(RelayError):
+        decode_messages(b'{"events": [{"notification_id": 1}]}')
+
+
 def test_events_arrive_in_kafka_in_order_with_key_and_value(
     app: Palimpsest, broker: EmbeddedBroker, make_relay: Callable[..., Relay], relay_db: Database,
 ) -> None:
@@ -174,24 +206,23 @@ def test_events_arrive_in_kafka_in_order_with_key_and_value(
     assert sorted(notification_ids(records)) == [n.id for n in expected]  # each once
     by_id = {n.id: n for n in expected}
     for record in records:
-        message = decode_message(record.value)
-        notification = by_id[message.notification_id]
-        assert record.key == json.loads(notification.state)["tenant_id"].encode()
-        assert message.originator_id == notification.originator_id
-        assert message.originator_version == notification.originator_version
-        assert message.topic == notification.topic
-        assert message.state == notification.state
+        for message in decode_messages(record.value):
+            notification = by_id[message.notification_id]
+            assert record.key == json.loads(notification.state)["tenant_id"].encode()
+            assert message.originator_id == notification.originator_id
+            assert message.originator_version == notification.originator_version
+            assert message.topic == notification.topic
+            assert message.state == notification.state
     # One tenant, one partition, in log order: so each aggregate's versions are in order too.
     ours = sorted((r for r in records if r.key == tenant.encode()), key=lambda r: r.offset)
     assert len({r.partition for r in ours}) == 1
+    assert len(ours) < len(notification_ids(ours))  # consecutive events share a message
     assert notification_ids(ours) == sorted(notification_ids(ours))
+    carried = [m for r in ours for m in decode_messages(r.value)]
     for aggregate in aggregates:
-        mine = [r for r in ours if decode_message(r.value).originator_id == aggregate]
-        assert len({r.partition for r in mine}) == 1
-        mine.sort(key=lambda r: r.offset)
         versions = [n.originator_version for n in expected if n.originator_id == aggregate]
         assert len(versions) >= 4
-        assert [decode_message(r.value).originator_version for r in mine] == versions
+        assert [m.originator_version for m in carried if m.originator_id == aggregate] == versions
     assert relay.position == last
     stored = stored_state(relay_db, name)
     assert stored is not None and stored.position == last and stored.published == len(expected)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from infra.relay import encode_message
+from infra.relay import encode_message, encode_messages
 from projections.faust_app import Outcome, create_faust_app
 from projections.replay import make_projector
 from services.factory import create_app
@@ -63,6 +63,31 @@ def test_agent_projects_relayed_messages(parts, pg_settings) -> None:
     assert reads.wait_for(tenant, written[-1].position, timeout=5).fresh
     assert sorted(c.content for c in reads.current(tenant)) == ["Python", "SQL"]
     assert outcome.poisoned is None
+
+
+def test_a_message_of_many_events_goes_in_transactions_of_projector_batch(
+        parts, pg_settings, monkeypatch) -> None:
+    app, projector, reads = parts
+    tenant = new_tenant()
+    skills = ("Python", "SQL", "Rust", "Go", "Kafka")
+    written = [app.remember(tenant, state("skills", skill)) for skill in skills]
+    notifications = app.recorder.select_notifications(start=written[0].position, limit=20)
+    ours = [n for n in notifications if n.id <= written[-1].position]
+    messages = encode_messages(ours, per_message=100)
+    assert [count for _, _, count in messages] == [len(ours)]  # one tenant: one message
+    sizes: list[int] = []
+    real = projector.apply_batch
+    monkeypatch.setattr(projector, "apply_batch", lambda batch: sizes.append(len(batch)) or real(batch))
+    outcome = Outcome()
+    small = pg_settings.model_copy(update={"projector_batch": 2})
+    worker = create_faust_app(small, "127.0.0.1:9", app, projector, outcome, on_poison=lambda: None)
+
+    feed(worker, [value for _, value, _ in messages],
+         until=lambda: reads.wait_for(tenant, written[-1].position, timeout=0).fresh)
+    assert reads.wait_for(tenant, written[-1].position, timeout=5).fresh
+    assert sorted(c.content for c in reads.current(tenant)) == sorted(skills)
+    assert sum(sizes) == len(ours) and max(sizes) == 2  # never more than projector_batch at once
+    assert outcome.poisoned is None and outcome.events >= len(ours)  # plus a gap filled from the log
 
 
 def test_agent_stops_on_an_undecodable_message(parts, pg_settings) -> None:
