@@ -107,50 +107,90 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
             delivered.append(Delivered(message.notification_id, event))
         return delivered
 
-    def decode_and_apply(values: list[bytes]) -> int:
-        """A message may carry many events: at most ``projector_batch`` go in one transaction.
-        (A retry after the database came back applies the same messages again: what was
-        committed is skipped by the tracking.)"""
-        size = settings.projector_batch
-        applied, pending = 0, []
-        for value in values:
-            pending.extend(decode(value))
-            while len(pending) >= size:
-                applied += projector.apply_batch(pending[:size])
-                pending = pending[size:]
-        if pending:
-            applied += projector.apply_batch(pending)
-        return applied
+    def decode_all(values: list[bytes]) -> list[Delivered]:
+        return [each for value in values for each in decode(value)]
 
-    #: Batches run in a thread of their own, one at a time: while one waits on the database, the
-    #: event loop goes on fetching the next messages from Kafka.
-    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="projector")
+    #: Two threads: while one transaction is applied (and waits on the database), the next
+    #: events are decoded, and the event loop goes on fetching from Kafka.
+    decoder = ThreadPoolExecutor(max_workers=1, thread_name_prefix="decoder")
+    applier = ThreadPoolExecutor(max_workers=1, thread_name_prefix="projector")
+    size = settings.projector_batch
+    #: Messages decoded at a time: about one transaction's worth when they are full.
+    step = max(1, size // settings.kafka_events_per_message)
 
-    async def apply(values: list[bytes]) -> int:
-        """Apply one batch; while the database is away, wait and retry the same batch."""
+    async def apply(delivered: list[Delivered]) -> int:
+        """Apply one transaction's events; while the database is away, wait and retry them."""
         delay = 0.5
         while True:
             try:
                 return await asyncio.get_running_loop().run_in_executor(
-                    thread, decode_and_apply, values)
+                    applier, projector.apply_batch, delivered)
             except ProjectionUnavailableError as error:
                 log.warning("%s; retrying in %.1f s", error, delay)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
 
+    def poisoned(error: ProjectionError) -> None:
+        outcome.poisoned = error
+        log.critical("projector stopped: %s", error)
+        on_poison()  # stop here: nothing after this event is applied
+
+    def settled(running: asyncio.Future[int], started: float, events: int) -> None:
+        """A transaction's outcome as soon as it has one: a poison event stops the worker at once."""
+        if running.cancelled():
+            return
+        error = running.exception()
+        if error is None:
+            outcome.events += running.result()
+            outcome.batches += 1
+            log.debug("applied %d event(s) in %.1f ms", events, (time.perf_counter() - started) * 1000)
+        elif isinstance(error, ProjectionError):
+            poisoned(error)
+        else:
+            log.error("a projector batch failed: %s", error)
+
     @worker.agent(topic, name="project")
     async def project(stream: Any) -> None:
-        async for values in stream.take(settings.projector_batch, within=0.05):
-            try:
-                started = time.perf_counter()
-                outcome.events += await apply(values)
-                outcome.batches += 1
-                log.debug("applied %d message(s) in %.1f ms", len(values),
-                          (time.perf_counter() - started) * 1000)
-            except ProjectionError as error:
-                outcome.poisoned = error
-                log.critical("projector stopped: %s", error)
-                on_poison()  # stop here: never ack past this event
-                return
+        """A message may carry many events: they go in transactions of at most
+        ``projector_batch``, applied one at a time and in order. Faust acks a batch of messages
+        when it is handed over, before it is applied: exactly-once rests on the projector's
+        tracking, and a restart catches up from the log whatever was acked but not applied (a
+        poison event included: it stops the projector again)."""
+        loop = asyncio.get_running_loop()
+        running: asyncio.Future[int] | None = None
+
+        async def submit(delivered: list[Delivered]) -> bool:
+            nonlocal running
+            if running is not None:
+                await asyncio.wait([running])
+            if outcome.poisoned is not None:
+                return False
+            running = asyncio.ensure_future(apply(delivered))
+            running.add_done_callback(functools.partial(
+                settled, started=time.perf_counter(), events=len(delivered)))
+            return True
+
+        try:
+            async for values in stream.take(size, within=0.05):
+                pending: list[Delivered] = []
+                for first in range(0, len(values), step):
+                    try:
+                        pending += await loop.run_in_executor(
+                            decoder, decode_all, values[first:first + step])
+                    except ProjectionError as error:
+                        if running is not None:
+                            await asyncio.wait([running])
+                        if outcome.poisoned is None:
+                            poisoned(error)
+                        return
+                    while len(pending) >= size:
+                        if not await submit(pending[:size]):
+                            return
+                        pending = pending[size:]
+                if pending and not await submit(pending):
+                    return
+        finally:
+            if running is not None and not running.done():
+                await asyncio.wait([running])
 
     return worker
