@@ -1,9 +1,10 @@
 """The Faust app that drives the cards projection from Kafka.
 
-The agent only decodes, calls the projector, and stops the worker on a poison event: Faust would
-otherwise ack a message whose handler raised and move on. Exactly-once does not rest on Kafka
-offsets but on the projector's tracking, committed with the rows; on start the projector first
-catches up from the log, so nothing an earlier run left behind is lost.
+The agent decodes, calls the projector, and stops the worker on a poison event. Faust acks a
+batch of messages when the agent takes it, before it is applied, so Kafka offsets never decide
+what is applied: exactly-once rests on the projector's tracking, committed with the rows, and on
+start the projector first catches up from the log, so nothing an earlier run acked but did not
+apply is lost (a poison event included: it stops the projector again).
 """
 
 from __future__ import annotations
