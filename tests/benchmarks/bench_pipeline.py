@@ -6,7 +6,8 @@ Writes a corpus through the real commands into a throwaway data folder (its serv
 ``synchronous_commit = off`` so the corpus is quick to make; that affects the write side only),
 then reports, all in one run so the figures share the machine's load:
 
-- replay: the log folded straight into a fresh schema (``rebuild``), events/s;
+- replay: the log folded straight into a fresh schema (``rebuild``), events/s, with the tokenizer
+  loaded beforehand (its load time is printed on its own);
 - incremental catch-up from the log (the projector's PostgreSQL sink, no Kafka): the baseline;
 - beside those two, the CPU time this process spent (the server's is not counted): on a shared
   machine it moves less than the wall-clock rates;
@@ -39,6 +40,7 @@ from infra.relay import Relay
 from infra.settings import Settings
 from projections.replay import catch_up, make_projector, rebuild
 from projections.schema import create_read_schema
+from projections.text import warm_up
 from services.commands import Remember
 from services.factory import create_app
 from services.memory import Palimpsest
@@ -264,6 +266,9 @@ def main() -> None:
         corpus(app, args.events, args.tenants)
         head = app.recorder.max_notification_id() or 0
 
+        started = time.perf_counter()
+        warm_up()  # a fixed cost of any process that projects, not a rate: reported on its own
+        print(f"tokenizer        {time.perf_counter() - started:>9.2f} s to load (before the replay)")
         cpu = time.process_time()
         report = rebuild(settings, app, into="bench_replay")
         print(f"replay           {report.rate:>9,.0f} events/s  ({report.events} events, "
