@@ -151,15 +151,34 @@ def test_explain_shows_routes_and_every_step(world) -> None:
     assert trace["final"]["rank"] == 1
 
 
+def without_graph(pg_settings: Settings) -> Settings:
+    """Routes that never time out here, and no graph walk."""
+    patient = pg_settings.retrieval.model_copy(
+        update={"breaker_p95_ms": 10_000.0, "route_timeout_ms": 10_000, "graph_seeds": 0})
+    return pg_settings.model_copy(update={"retrieval": patient})
+
+
+def loading_one_first(settings: Settings, clock: Clock, tenant: str, text: str, monkeypatch: Any,
+                      only: str | None = None) -> tuple[Any, Any]:
+    """The top answer to ``text`` when one candidate is loaded first, and the same with
+    ``explain`` (every candidate loaded); with ``only``, that route alone."""
+    monkeypatch.setattr(retriever_module, "LOAD_FIRST", 1)
+    monkeypatch.setattr(retriever_module, "LOAD_PER_RESULT", 1)
+    queries = create_queries(settings, clock)
+    try:
+        if only is not None:
+            queries.retriever.routes = [r for r in queries.retriever.routes if r.name == only]
+        question = queries.query(text, top_n=1)
+        return queries.search(tenant, question), queries.search(tenant, replace(question, explain=True))
+    finally:
+        queries.close()
+
+
 def test_a_card_left_unloaded_still_raises_its_contradiction(pg_settings, admin_db, monkeypatch) -> None:
     """The retriever loads the best fused candidates first and stops when the rest cannot reach
     the top; a low-ranked card that ``contradicts`` a chosen one is loaded for the alert anyway.
     (It projects the whole log: it runs before the test that leaves a write unprojected.)"""
-    patient = pg_settings.retrieval.model_copy(update={"breaker_p95_ms": 10_000.0, "route_timeout_ms": 10_000,
-                                                        # the graph walk would rank the old card from
-                                                        # its edge: without it, only the alert loads it
-                                                        "graph_seeds": 0})
-    settings = pg_settings.model_copy(update={"retrieval": patient})
+    settings = without_graph(pg_settings)  # a walk would rank the old card: only the alert may load it
     clock, tenant = Clock(), new_tenant()
     app = create_app(settings, clock=clock)
     try:
@@ -177,16 +196,8 @@ def test_a_card_left_unloaded_still_raises_its_contradiction(pg_settings, admin_
         project_log(settings, app, admin=admin_db)
     finally:
         app.close()
-    monkeypatch.setattr(retriever_module, "LOAD_FIRST", 1)
-    monkeypatch.setattr(retriever_module, "LOAD_PER_RESULT", 1)
-    queries = create_queries(settings, clock)
-    try:
-        # the newest card tops both routes: the best answer stands clear of every other candidate
-        question = queries.query("Friday deploy", top_n=1)
-        lean = queries.search(tenant, question)
-        full = queries.search(tenant, replace(question, explain=True))
-    finally:
-        queries.close()
+    # the newest card tops both routes: the best answer stands clear of every other candidate
+    lean, full = loading_one_first(settings, clock, tenant, "Friday deploy", monkeypatch)
     assert [c.card_id for c in lean.results] == [c.card_id for c in full.results] == [new]
     assert lean.diagnostics.candidates_loaded == 2 < lean.diagnostics.candidates_found, lean.diagnostics
     assert [a.card_ids for a in lean.alerts.contradictions] == [tuple(sorted((new, old)))]
@@ -196,9 +207,7 @@ def test_a_card_left_unloaded_still_raises_its_contradiction(pg_settings, admin_
 def test_loading_grows_until_the_rest_cannot_reach_the_top(pg_settings, admin_db, monkeypatch) -> None:
     """Decay can sink the best fused candidates far below the rest: the retriever then loads as
     many again, and stops as soon as the best card left unloaded cannot beat the answer."""
-    patient = pg_settings.retrieval.model_copy(update={"breaker_p95_ms": 10_000.0, "route_timeout_ms": 10_000,
-                                                        "graph_seeds": 0})
-    settings = pg_settings.model_copy(update={"retrieval": patient})
+    settings = without_graph(pg_settings)
     clock, tenant = Clock(), new_tenant()
     app = create_app(settings, clock=clock)
     try:
@@ -216,16 +225,7 @@ def test_loading_grows_until_the_rest_cannot_reach_the_top(pg_settings, admin_db
         project_log(settings, app, admin=admin_db)
     finally:
         app.close()
-    monkeypatch.setattr(retriever_module, "LOAD_FIRST", 1)
-    monkeypatch.setattr(retriever_module, "LOAD_PER_RESULT", 1)
-    queries = create_queries(settings, clock)
-    try:
-        queries.retriever.routes = [r for r in queries.retriever.routes if r.name == "tags"]
-        question = queries.query("Friday deploy", top_n=1)
-        lean = queries.search(tenant, question)
-        full = queries.search(tenant, replace(question, explain=True))
-    finally:
-        queries.close()
+    lean, full = loading_one_first(settings, clock, tenant, "Friday deploy", monkeypatch, only="tags")
     # tags rank: 12 old two-word events, then the new card (newest of the one-word ones), then
     # 20 more: loads of 1, 2, 4, 8, 16 reach it, and the 17th cannot beat it after the boost
     assert [c.card_id for c in lean.results] == [c.card_id for c in full.results] == [new]
