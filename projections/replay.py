@@ -15,6 +15,8 @@ code a Kafka-fed projector runs.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -172,19 +174,54 @@ def catch_up(projector: Projector, app: Palimpsest, after: int | None = None,
     start = projector.log_position() if after is None else after
     head = app.recorder.max_notification_id() or 0
     applied = 0
-    pending: list[Delivered] = []
-    for delivered in read_log(app, start + 1, head):
-        pending.append(delivered)
-        if len(pending) >= batch:
-            applied += projector.apply_batch(pending)
-            projector.mark_log_position(pending[-1].notification_id)
-            if progress:
-                progress(pending[-1].notification_id, head)
-            pending = []
-    if pending:
+    for pending in read_ahead(app, start + 1, head, batch):
         applied += projector.apply_batch(pending)
         projector.mark_log_position(pending[-1].notification_id)
+        if progress:
+            progress(pending[-1].notification_id, head)
     return applied
+
+
+def read_ahead(app: Palimpsest, start: int, stop: int, size: int) -> Iterator[list[Delivered]]:
+    """The log ``[start, stop]`` in batches of ``size``, read and decoded one batch ahead by a
+    thread of its own: while a batch is applied (and waits on the database), the next is
+    decoded. An error reading or decoding is raised where its batch would have come."""
+    ready: queue.Queue[list[Delivered] | BaseException | None] = queue.Queue(maxsize=1)
+    done = threading.Event()
+
+    def put(item: list[Delivered] | BaseException | None) -> bool:
+        while not done.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def read() -> None:
+        try:
+            pending: list[Delivered] = []
+            for delivered in read_log(app, start, stop):
+                pending.append(delivered)
+                if len(pending) >= size:
+                    if not put(pending):
+                        return
+                    pending = []
+            if not pending or put(pending):
+                put(None)
+        except BaseException as error:  # handed to the caller, in order
+            put(error)
+
+    reader = threading.Thread(target=read, name="log-reader", daemon=True)
+    reader.start()
+    try:
+        while (item := ready.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        done.set()
+        reader.join(timeout=5)
 
 
 def fresh_schema(settings: Settings, admin: Database, schema: str) -> None:
