@@ -22,7 +22,7 @@ from projections.projector import (
     ProjectionUnavailableError,
     Projector,
 )
-from projections.replay import catch_up, make_projector, read_log, rebuild
+from projections.replay import catch_up, make_projector, read_ahead, read_log, rebuild
 from projections.sinks import array_literal, range_literal
 from services.commands import Arbitrate, Remember
 from services.demo import SimulatedClock, run_demo
@@ -368,3 +368,32 @@ class TestReindexing:
         assert "json web token" in rows[note.card_id], "tags stay matched after a rename"
         assert "会议" in rows[meeting.card_id] and "高雄" in rows[meeting.card_id]
         assert "台北" not in rows[meeting.card_id]
+
+
+def test_the_log_is_read_one_batch_ahead_in_order_and_an_error_comes_in_its_place(app, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    tenant = new_tenant()
+    written = [app.remember(tenant, state("skills", f"skill {n}")) for n in range(7)]
+    start, stop = written[0].position, written[-1].position
+    expected = [d.notification_id for d in read_log(app, start, stop)]
+    batches = [[d.notification_id for d in batch] for batch in read_ahead(app, start, stop, 3)]
+    assert [i for batch in batches for i in batch] == expected
+    assert [len(batch) for batch in batches[:-1]] == [3] * (len(batches) - 1)
+
+    # an event that cannot be decoded: the batches before it come first, then the error
+    bad = expected[4]
+    real = app.mapper.to_domain_event
+
+    def to_domain_event(stored: Any) -> Any:
+        if getattr(stored, "id", None) == bad:
+            raise ValueError("corrupt state")
+        return real(stored)
+
+    monkeypatch.setattr(app.mapper, "to_domain_event", to_domain_event)
+    got: list[list[int]] = []
+    with pytest.raises(ProjectionError, match=f"notification {bad} .*cannot be decoded: corrupt"):
+        for batch in read_ahead(app, start, stop, 3):
+            got.append([d.notification_id for d in batch])
+    assert got == [expected[:3]]
+    # leaving early stops the reader: nothing hangs
+    for _ in read_ahead(app, start, stop, 1):
+        break
