@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -220,14 +221,22 @@ class Retriever:
     def _call(self, route: Route, tenant_id: str, query: RetrievalQuery, budget_ms: float,
               extra: dict[str, Any]) -> tuple[Hits, float]:
         started = time.perf_counter()
-        # the server cancels a little after the caller stopped waiting: the route reads as timed
-        # out, and its connection is back in the pool soon after; the routes already run side by
-        # side on few cores: no parallel workers per route
-        with self.read.tenant(tenant_id, {"statement_timeout": str(int(budget_ms) + 250),
-                                          "max_parallel_workers_per_gather": "0",
-                                          **route.settings(self.ctx)}) as conn:
+        with self.route_transaction(route, tenant_id, budget_ms) as conn:
             hits = route(conn, query, self.ctx, **extra)
         return hits, (time.perf_counter() - started) * 1000
+
+    @contextmanager
+    def route_transaction(self, route: Route, tenant_id: str, budget_ms: float | None = None,
+                          ) -> Iterator[psycopg.Connection[Any]]:
+        """The transaction ``route`` runs in: the tenant and the route's own settings, no
+        parallel workers (the routes already run side by side on few cores), and with
+        ``budget_ms`` a statement timeout a little beyond it (the caller stops waiting first; the
+        server then cancels, and the connection is back in the pool soon after)."""
+        settings = {"max_parallel_workers_per_gather": "0", **route.settings(self.ctx)}
+        if budget_ms is not None:
+            settings["statement_timeout"] = str(int(budget_ms) + 250)
+        with self.read.tenant(tenant_id, settings) as conn:
+            yield conn
 
 
 def decay_at(query: RetrievalQuery) -> datetime:

@@ -586,7 +586,7 @@ def route_plans(queries: Queries) -> list[str]:
         query = queries.query(text, project_id="proj-a")
         scans = []
         for route in queries.retriever.routes:
-            with queries.read.tenant(MAIN, route.settings(queries.retriever.ctx)) as conn:
+            with queries.retriever.route_transaction(route, MAIN) as conn:
                 explain = _Explain(conn)
                 with contextlib.suppress(_Explained):
                     route(explain, query, queries.retriever.ctx)  # type: ignore[arg-type]

@@ -296,7 +296,7 @@ def semantic_top(world: World, golden: Golden, *settings: str) -> tuple[list[UUI
     route = next(r for r in world.queries.retriever.routes if isinstance(r, SemanticRoute))
     ctx = world.queries.retriever.ctx
     ctx = RouteContext(ctx.schema, ctx.settings.model_copy(update={"semantic_min_similarity": 0.0}))
-    with world.queries.read.tenant(world.tenant, route.settings(ctx)) as conn:  # as the retriever
+    with world.queries.retriever.route_transaction(route, world.tenant) as conn:
         for setting in settings:
             conn.execute(sql.SQL("SET LOCAL {}").format(sql.SQL(setting)))
         recording = Recording(conn)
