@@ -6,9 +6,8 @@ model and a rebuilt one are equal row for row (tested).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from functools import singledispatchmethod
 from typing import Any
 from uuid import UUID
 
@@ -54,6 +53,15 @@ def range_literal(value: Range[datetime] | None) -> str | None:
     lower = "" if value.lower is None else f'"{value.lower.isoformat()}"'
     upper = "" if value.upper is None else f'"{value.upper.isoformat()}"'
     return f"{'[' if value.lower_inc else '('}{lower},{upper}{']' if value.upper_inc else ')'}"
+
+
+def _rule(rules: dict[type, Callable[..., None]], op: Any) -> Callable[..., None]:
+    """The sink's rule for ``op``'s type (a dictionary look-up: cheaper than single dispatch,
+    which makes a bound function per call)."""
+    try:
+        return rules[type(op)]
+    except KeyError:
+        raise TypeError(f"no sink rule for {type(op).__name__}") from None
 
 
 def _merge_tags(current: list[str], added: Iterable[str]) -> list[str]:
@@ -130,6 +138,11 @@ class PostgresSink:
             if isinstance(value, sql.Composable):
                 setattr(self, name, value.as_string(None))
         self._schema = s
+        self._rules: dict[type, Callable[[Any, psycopg.Cursor[Any]], None]] = {
+            PutNode: self._put_node, PutSlot: self._put_slot, PutCard: self._put_card,
+            ChangeCard: self._change_card, PutEdge: self._put_edge, PutCase: self._put_case,
+            DecideCase: self._decide_case,
+        }
 
     def apply_all(self, cur: psycopg.Cursor[Any], ops: Iterable[Any]) -> None:
         node: PutNode | None = None  # held back: it may go with its card's statement
@@ -137,7 +150,7 @@ class PostgresSink:
             if node is not None:
                 if (isinstance(op, PutCard) and node.node_id == op.row["card_id"]
                         and node.tenant_id == op.row["tenant_id"]):
-                    self._put_card(cur, op, node)
+                    self._put_card(op, cur, node)
                     node = None
                     continue
                 self.apply(node, cur)
@@ -149,23 +162,16 @@ class PostgresSink:
         if node is not None:
             self.apply(node, cur)
 
-    @singledispatchmethod
     def apply(self, op: Any, cur: psycopg.Cursor[Any]) -> None:
-        raise TypeError(f"no sink rule for {type(op).__name__}")
+        _rule(self._rules, op)(op, cur)
 
-    @apply.register
-    def _(self, op: PutNode, cur: psycopg.Cursor[Any]) -> None:
+    def _put_node(self, op: PutNode, cur: psycopg.Cursor[Any]) -> None:
         cur.execute(self._node, (op.tenant_id, op.node_id, op.node_kind))
 
-    @apply.register
-    def _(self, op: PutSlot, cur: psycopg.Cursor[Any]) -> None:
+    def _put_slot(self, op: PutSlot, cur: psycopg.Cursor[Any]) -> None:
         cur.execute(self._slot, [op.row.get(c) for c in SLOT_COLUMNS])  # no arrays
 
-    @apply.register
-    def _(self, op: PutCard, cur: psycopg.Cursor[Any]) -> None:
-        self._put_card(cur, op)
-
-    def _put_card(self, cur: psycopg.Cursor[Any], op: PutCard, node: PutNode | None = None
+    def _put_card(self, op: PutCard, cur: psycopg.Cursor[Any], node: PutNode | None = None
                   ) -> None:
         if op.slot_id is None:
             params = [_param(c, op.row.get(c)) for c in CARD_COLUMNS]
@@ -178,8 +184,7 @@ class PostgresSink:
             params = [node.tenant_id, node.node_id, node.node_kind, *params]
         cur.execute(statement, params)
 
-    @apply.register
-    def _(self, op: ChangeCard, cur: psycopg.Cursor[Any]) -> None:
+    def _change_card(self, op: ChangeCard, cur: psycopg.Cursor[Any]) -> None:
         params: list[Any] = [op.at]
         for column, value in op.changes.items():
             if column == "added_tags":
@@ -211,16 +216,13 @@ class PostgresSink:
             self._changes[columns] = statement
         return statement
 
-    @apply.register
-    def _(self, op: PutEdge, cur: psycopg.Cursor[Any]) -> None:
+    def _put_edge(self, op: PutEdge, cur: psycopg.Cursor[Any]) -> None:
         cur.execute(self._edge, (op.tenant_id, op.src_id, op.dst_id, op.edge, op.recorded_at))
 
-    @apply.register
-    def _(self, op: PutCase, cur: psycopg.Cursor[Any]) -> None:
+    def _put_case(self, op: PutCase, cur: psycopg.Cursor[Any]) -> None:
         cur.execute(self._case, [_param(c, op.row[c]) for c in CASE_COLUMNS])
 
-    @apply.register
-    def _(self, op: DecideCase, cur: psycopg.Cursor[Any]) -> None:
+    def _decide_case(self, op: DecideCase, cur: psycopg.Cursor[Any]) -> None:
         cur.execute(self._decide, (op.decision, op.decided_by, op.decided_at, op.tenant_id,
                                    op.case_id))
 
@@ -235,39 +237,42 @@ class MemorySink:
         self.versions: dict[tuple[str, UUID], list[dict[str, Any]]] = {}
         self.edges: dict[tuple[str, UUID, UUID, str], datetime] = {}
         self.cases: dict[tuple[str, UUID], dict[str, Any]] = {}
+        self._rules: dict[type, Callable[[Any], None]] = {
+            PutNode: self._put_node, PutSlot: self._put_slot, PutCard: self._put_card,
+            ChangeCard: self._change_card, PutEdge: self._put_edge, PutCase: self._put_case,
+            DecideCase: self._decide_case,
+        }
 
     def apply_all(self, ops: Iterable[Any]) -> None:
+        rules = self._rules
         for op in ops:
-            self.apply(op)
+            _rule(rules, op)(op)
 
-    @singledispatchmethod
     def apply(self, op: Any) -> None:
-        raise TypeError(f"no sink rule for {type(op).__name__}")
+        _rule(self._rules, op)(op)
 
-    @apply.register
-    def _(self, op: PutNode) -> None:
+    def _put_node(self, op: PutNode) -> None:
         self.nodes.setdefault((op.tenant_id, op.node_id), op.node_kind)
 
-    @apply.register
-    def _(self, op: PutSlot) -> None:
+    def _put_slot(self, op: PutSlot) -> None:
         self.slots[(op.row["tenant_id"], op.row["slot_id"])] = dict(op.row)
 
-    @apply.register
-    def _(self, op: PutCard) -> None:
-        row: dict[str, Any] = {column: op.row.get(column) for column in CARD_COLUMNS}
+    def _put_card(self, op: PutCard) -> None:
+        get = op.row.get
+        row: dict[str, Any] = {column: get(column) for column in CARD_COLUMNS}
         for column in ("tags", "terms", "bigrams"):
-            row[column] = list(row[column] or [])
+            row[column] = list(row[column] or ())
         row["fuzzy_text"] = row["fuzzy_text"] or ""
         if op.slot_id is not None:
             slot = self.slots[(row["tenant_id"], op.slot_id)]
-            row.update({column: slot[column] for column in FROM_SLOT})
+            for column in FROM_SLOT:
+                row[column] = slot[column]
         row["version"] = 1
         key = (row["tenant_id"], row["card_id"])
         self.cards[key] = row
         self.versions[key] = [self._version(row, row["recorded_at"])]
 
-    @apply.register
-    def _(self, op: ChangeCard) -> None:
+    def _change_card(self, op: ChangeCard) -> None:
         key = (op.tenant_id, op.card_id)
         row = self.cards[key]
         for column, value in op.changes.items():
@@ -285,19 +290,16 @@ class MemorySink:
         history[-1]["known"] = Range(since, max(since, op.at), "[)")
         history.append(self._version(row, op.at))
 
-    @apply.register
-    def _(self, op: PutEdge) -> None:
+    def _put_edge(self, op: PutEdge) -> None:
         self.edges.setdefault((op.tenant_id, op.src_id, op.dst_id, op.edge), op.recorded_at)
 
-    @apply.register
-    def _(self, op: PutCase) -> None:
+    def _put_case(self, op: PutCase) -> None:
         self.cases[(op.row["tenant_id"], op.row["case_id"])] = {
             **{c: op.row[c] for c in CASE_COLUMNS},
             "decision": None, "decided_by": None, "decided_at": None,
         }
 
-    @apply.register
-    def _(self, op: DecideCase) -> None:
+    def _decide_case(self, op: DecideCase) -> None:
         self.cases[(op.tenant_id, op.case_id)].update(
             decision=op.decision, decided_by=op.decided_by, decided_at=op.decided_at)
 
