@@ -5,6 +5,7 @@ Nothing here does work at import time: ``Settings()`` reads the environment when
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Literal
@@ -84,6 +85,9 @@ class Settings(BaseSettings):
     #: Events per projector transaction (Kafka or the log): each transaction also writes every
     #: tenant's tracking and position, so larger ones cost less per event.
     projector_batch: int = Field(default=2_000, ge=1)
+    #: Processes that fold the log in ``palimpsest rebuild``, each a share of the aggregates
+    #: (forked: the code and tokenizer are loaded once); 1 folds it in the calling process.
+    rebuild_workers: int = Field(default_factory=lambda: min(4, os.cpu_count() or 1), ge=1)
     #: Run the embedding projection inside the projector process.
     projector_embeddings: bool = True
     #: The PostgreSQL schema that holds the event store.

@@ -1,12 +1,18 @@
 """Replay: the same projection driven straight from the event store's notification log, no Kafka.
 
-``rebuild`` folds the whole log through :func:`projections.cards.project` into a
-:class:`MemorySink` (the server makes the fresh schema meanwhile), copies the rows into it, checks
-them, builds the secondary indexes over them (cheaper than maintaining them row by row), and swaps
-the schema in with two renames in one transaction (queries keep reading the old one until the
-commit). It then catches the new schema up incrementally with the events written meanwhile. With
-``known_at`` it builds the read models as they were known at that moment into a schema of their
-own, and swaps nothing.
+``rebuild`` folds the whole log through :func:`projections.cards.project` into
+:class:`MemorySink` s (the server makes the fresh schema meanwhile), copies the rows into it,
+checks them, builds the secondary indexes over them (cheaper than maintaining them row by row),
+and swaps the schema in with two renames in one transaction (queries keep reading the old one
+until the commit). It then catches the new schema up incrementally with the events written
+meanwhile. With ``known_at`` it builds the read models as they were known at that moment into a
+schema of their own, and swaps nothing.
+
+The fold runs in ``rebuild_workers`` forked processes, each given the events of its share of the
+aggregates by this one, which reads the log once. Every row the projection writes belongs to the
+aggregate whose events made it, except edges and arbitration cases (they name other aggregates'
+nodes): each process copies its own rows, and the edges and cases are gathered and copied once
+every share is in. With one worker the fold runs in the calling process.
 
 ``catch_up`` applies the log from a position through the incremental :class:`Projector`: the same
 code a Kafka-fed projector runs.
@@ -16,23 +22,32 @@ from __future__ import annotations
 
 import gc
 import logging
+import multiprocessing
+import multiprocessing.connection
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
+from uuid import UUID
 
+from eventsourcing.persistence import Notification
 from psycopg import sql
 
 from infra.postgres import Database, admin_database, projector_database, vector_index_enabled
 from infra.settings import Settings
 from projections.cards import NAME, project
 from projections.projector import Delivered, ProjectionError, Projector
-from projections.schema import create_functions, create_read_indexes, create_read_schema
+from projections.schema import (
+    create_functions,
+    create_read_indexes,
+    create_read_schema,
+    fill_words,
+)
 from projections.sinks import ARRAYS, MemorySink, array_literal, range_literal
 from services.memory import Palimpsest
 
@@ -57,22 +72,32 @@ class RebuildReport:
         return self.events / self.seconds if self.seconds else 0.0
 
 
-def read_log(app: Palimpsest, start: int, stop: int) -> Iterator[Delivered]:
-    """Every notification in ``[start, stop]``, decoded, in log order."""
+def read_pages(app: Palimpsest, start: int, stop: int) -> Iterator[list[Notification]]:
+    """The stored notifications in ``[start, stop]``, page by page, in log order."""
     position = start
     while position <= stop:
         page = app.recorder.select_notifications(start=position, limit=PAGE, stop=stop)
         if not page:
             return
+        yield list(page)
+        position = page[-1].id + 1
+
+
+def decoded(mapper: Any, pages: Iterable[list[Notification]]) -> Iterator[Delivered]:
+    for page in pages:
         for notification in page:
             try:
-                event = app.mapper.to_domain_event(notification)
+                event = mapper.to_domain_event(notification)
             except Exception as error:
                 raise ProjectionError(
                     f"notification {notification.id} ({notification.topic}) cannot be decoded: "
                     f"{error}") from error
             yield Delivered(notification.id, event)
-        position = page[-1].id + 1
+
+
+def read_log(app: Palimpsest, start: int, stop: int) -> Iterator[Delivered]:
+    """Every notification in ``[start, stop]``, decoded, in log order."""
+    return decoded(app.mapper, read_pages(app, start, stop))
 
 
 @contextmanager
@@ -89,19 +114,33 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def fold(app: Palimpsest, head: int, known_at: datetime | None,
-         progress: Progress | None = None) -> tuple[MemorySink, dict[tuple[str, Any], int],
-                                                    dict[str, int], int]:
-    sink = MemorySink()
-    tracking: dict[tuple[str, Any], int] = {}
-    positions: dict[str, int] = {}
-    count = 0
+@dataclass
+class Folded:
+    """The log (or one share of its aggregates) folded into rows: each aggregate's last version,
+    each tenant's last notification, and how many events were read."""
+
+    sink: MemorySink
+    tracking: dict[tuple[str, Any], int]
+    positions: dict[str, int]
+    count: int
+
+
+def fold(deliveries: Iterable[Delivered], head: int, known_at: datetime | None,
+         progress: Progress | None = None) -> Folded:
+    """Events in log order (up to notification ``head``) applied to a :class:`MemorySink`; with
+    ``known_at``, those recorded after it are read and skipped. ``progress`` is told the
+    notification reached."""
+    folded = Folded(MemorySink(), {}, {}, 0)
+    sink, tracking, positions = folded.sink, folded.tracking, folded.positions
     with collector_paused():
-        for delivered in read_log(app, 1, head):
+        for delivered in deliveries:
             event = delivered.event
-            count += 1
+            folded.count += 1
+            if progress and folded.count % PAGE == 0:
+                progress(delivered.notification_id, head)
             if known_at is not None and event.timestamp > known_at:
                 continue
+            sink.position = delivered.notification_id
             try:
                 sink.apply_all(project(event))
             except Exception as error:
@@ -111,48 +150,218 @@ def fold(app: Palimpsest, head: int, known_at: datetime | None,
                 ) from error
             tracking[(event.tenant_id, event.originator_id)] = event.originator_version
             positions[event.tenant_id] = delivered.notification_id
-            if progress and count % PAGE == 0:
-                progress(count, head)
     if progress:
-        progress(count, head)
-    return sink, tracking, positions, count
+        progress(head, head)
+    return folded
 
 
-def write_rows(admin: Database, schema: str, sink: MemorySink,
-               tracking: dict[tuple[str, Any], int], positions: dict[str, int],
-               head: int) -> dict[str, int]:
-    tables = sink.rows()
-    tables["projection_tracking"] = (
-        ("projection", "tenant_id", "originator_id", "version"),
-        [(NAME, tenant, originator, version) for (tenant, originator), version in tracking.items()])
-    tables["projection_position"] = (
-        ("projection", "tenant_id", "position"),
-        [(NAME, tenant, position) for tenant, position in positions.items()]
-        + [(NAME, Projector.LOG, head)])
+Tables = dict[str, tuple[tuple[str, ...], list[tuple[Any, ...]]]]
+
+
+def tracking_rows(tracking: dict[tuple[str, Any], int]) -> tuple[tuple[str, ...],
+                                                                  list[tuple[Any, ...]]]:
+    return (("projection", "tenant_id", "originator_id", "version"),
+            [(NAME, tenant, originator, version)
+             for (tenant, originator), version in tracking.items()])
+
+
+def position_rows(positions: dict[str, int], head: int) -> tuple[tuple[str, ...],
+                                                                  list[tuple[Any, ...]]]:
+    return (("projection", "tenant_id", "position"),
+            [(NAME, tenant, position) for tenant, position in positions.items()]
+            + [(NAME, Projector.LOG, head)])
+
+
+def copy_tables(cur: Any, schema: str, tables: Tables) -> dict[str, int]:
+    """Each table's rows copied into ``schema`` (COPY); the number copied per table."""
     counts: dict[str, int] = {}
-    with admin.connect() as conn, conn.transaction(), conn.cursor() as cur:
-        for table, (columns, rows) in tables.items():
-            statement = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
-                sql.Identifier(schema), sql.Identifier(table),
-                sql.SQL(", ").join(map(sql.Identifier, columns)))
-            literal = [(i, _LITERALS[c]) for i, c in enumerate(columns) if c in _LITERALS]
-            with cur.copy(statement) as copy:
-                for row in rows:
-                    if literal:
-                        values = list(row)
-                        for i, to_literal in literal:
-                            values[i] = to_literal(values[i])
-                        copy.write_row(values)
-                    else:
-                        copy.write_row(row)
-            counts[table] = len(rows)
-        for table, expected in counts.items():  # the check: every row landed, keys held
-            cur.execute(sql.SQL("SELECT count(*) FROM {}.{}").format(
-                sql.Identifier(schema), sql.Identifier(table)))
-            found = cur.fetchone()[0]  # type: ignore[index]
-            if found != expected:
-                raise ProjectionError(f"rebuild check: {table} has {found} rows, expected {expected}")
+    for table, (columns, rows) in tables.items():
+        statement = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
+            sql.Identifier(schema), sql.Identifier(table),
+            sql.SQL(", ").join(map(sql.Identifier, columns)))
+        literal = [(i, _LITERALS[c]) for i, c in enumerate(columns) if c in _LITERALS]
+        with cur.copy(statement) as copy:
+            for row in rows:
+                if literal:
+                    values = list(row)
+                    for i, to_literal in literal:
+                        values[i] = to_literal(values[i])
+                    copy.write_row(values)
+                else:
+                    copy.write_row(row)
+        counts[table] = len(rows)
     return counts
+
+
+def check_counts(cur: Any, schema: str, counts: dict[str, int]) -> None:
+    """The rebuild's check: every row copied landed, and the keys held (a duplicate fails the
+    copy itself)."""
+    for table, expected in counts.items():
+        cur.execute(sql.SQL("SELECT count(*) FROM {}.{}").format(
+            sql.Identifier(schema), sql.Identifier(table)))
+        found = cur.fetchone()[0]
+        if found != expected:
+            raise ProjectionError(f"rebuild check: {table} has {found} rows, expected {expected}")
+
+
+def write_rows(admin: Database, schema: str, folded: Folded, head: int) -> dict[str, int]:
+    with collector_paused():
+        tables = folded.sink.rows()
+        tables["projection_tracking"] = tracking_rows(folded.tracking)
+        tables["projection_position"] = position_rows(folded.positions, head)
+        with admin.connect() as conn, conn.transaction(), conn.cursor() as cur:
+            counts = copy_tables(cur, schema, tables)
+            check_counts(cur, schema, counts)
+    return counts
+
+
+#: Tables whose rows name only their own aggregate's nodes: a share copies them itself. Edges and
+#: arbitration cases name other aggregates' nodes (a case its slot's), so they are gathered and
+#: copied once every share's nodes are in.
+SHARED = ("card_relations", "arbitration_queue")
+
+
+def share_of(aggregate_id: Any, shares: int) -> int:
+    """Which of ``shares`` rebuild processes folds an aggregate: its id's last byte modulo
+    ``shares`` (:data:`projections.schema.SHARE_OF` says the same in SQL)."""
+    return (cast(UUID, aggregate_id).int & 0xFF) % shares
+
+
+@dataclass
+class _Child:
+    process: Any
+    pages: Any  # notifications out
+    results: Any  # its rows' counts and what must be merged, or its error, back
+    reached: Any  # the last notification it applied
+
+
+def _fold_share(admin: Database, schema: str, head: int, known_at: datetime | None,
+                share: tuple[int, int], mapper: Any, pages: Any, ready: Any, reached: Any,
+                results: Any) -> None:
+    """A rebuild process: fold the pages of notifications it is sent (one share of the
+    aggregates), then, once the schema is ready, copy its rows and write their words; send back
+    what must be merged, or its error."""
+    gc.disable()  # the process lives for one fold and copy (see collector_paused)
+    try:
+        def received() -> Iterator[list[Notification]]:
+            while (page := pages.recv()) is not None:
+                yield page
+
+        def progress(done: int, total: int) -> None:
+            reached.value = done
+
+        folded = fold(decoded(mapper, received()), head, known_at, progress)
+        tables = folded.sink.rows()
+        for table in SHARED:
+            del tables[table]
+        tables["projection_tracking"] = tracking_rows(folded.tracking)
+        if not ready.wait(timeout=600):
+            raise ProjectionError("the fresh schema was not made within 10 minutes")
+        with admin.connect() as conn, conn.transaction(), conn.cursor() as cur:
+            counts = copy_tables(cur, schema, tables)
+            fill_words(cur, schema, share)
+        results.send((counts, folded.sink.edges, folded.sink.cases, folded.positions,
+                      folded.count))
+    except EOFError:
+        results.send("stopped: the rebuild was stopped")
+    except BaseException as error:  # the parent raises it: a message pickles, an error may not
+        results.send(f"{type(error).__name__}: {error}")
+
+
+def fold_in_processes(settings: Settings, app: Palimpsest, admin: Database, schema: str,
+                      head: int, known_at: datetime | None, workers: int,
+                      progress: Progress | None) -> tuple[dict[str, int], int]:
+    """The fold split by aggregate over ``workers`` forked processes. This one reads the log
+    once and hands each page's notifications to their processes, while a thread makes the fresh
+    schema; each process copies its own rows; then this one copies the gathered edges, cases and
+    positions and checks every table. An aggregate's events all go to one process and every row
+    but an edge or a case is its own aggregate's, so the shares never meet."""
+    context = multiprocessing.get_context("fork")  # the code and tokenizer loaded once, shared
+    ready = context.Event()
+    children: list[_Child] = []
+    results: dict[int, Any] = {}
+    try:
+        for part in range(workers):  # before this rebuild starts a thread
+            pages_in, pages_out = context.Pipe(duplex=False)
+            results_in, results_out = context.Pipe(duplex=False)
+            reached = context.Value("q", 0, lock=False)
+            process = context.Process(
+                target=_fold_share, name=f"rebuild-{part}", daemon=True,
+                args=(admin, schema, head, known_at, (part, workers), app.mapper, pages_in, ready,
+                      reached, results_out))
+            process.start()
+            pages_in.close()
+            results_out.close()
+            children.append(_Child(process, pages_out, results_in, reached))
+
+        def report() -> None:
+            if progress:
+                progress(min(child.reached.value for child in children), head)
+
+        with ThreadPoolExecutor(max_workers=1) as thread:
+            made = thread.submit(fresh_schema, settings, admin, schema)
+            try:
+                for page in read_pages(app, 1, head):
+                    split: list[list[Notification]] = [[] for _ in children]
+                    for notification in page:
+                        split[share_of(notification.originator_id, workers)].append(notification)
+                    for child, notifications in zip(children, split, strict=True):
+                        if notifications:
+                            child.pages.send(notifications)
+                    report()
+                for child in children:
+                    child.pages.send(None)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # a process stopped: its error is in its results
+            finally:
+                for child in children:  # a process still waiting for pages stops
+                    child.pages.close()
+            made.result()
+        ready.set()
+        while len(results) < workers:
+            for part, child in enumerate(children):
+                if part not in results and child.results.poll():
+                    results[part] = child.results.recv()
+                elif part not in results and not child.process.is_alive():
+                    results[part] = f"exited ({child.process.exitcode}) without a result"
+            report()
+            waiting = [c.results for p, c in enumerate(children) if p not in results]
+            if waiting:
+                multiprocessing.connection.wait(waiting, timeout=0.25)
+    finally:
+        for child in children:
+            child.process.join(timeout=5)
+            if child.process.is_alive():
+                child.process.terminate()
+                child.process.join()
+            child.results.close()
+    failed = {part: result for part, result in results.items() if isinstance(result, str)}
+    if failed:
+        cause = {p: r for p, r in failed.items() if not r.startswith("stopped:")} or failed
+        raise ProjectionError("; ".join(f"rebuild process {p}: {r}" for p, r in cause.items()))
+    counts: dict[str, int] = {}
+    edges: dict[tuple[str, Any, Any, str], tuple[int, datetime]] = {}
+    cases: dict[tuple[str, Any], dict[str, Any]] = {}
+    positions: dict[str, int] = {}
+    events = 0
+    for copied, their_edges, their_cases, their_positions, count in results.values():
+        for table, copied_rows in copied.items():
+            counts[table] = counts.get(table, 0) + copied_rows
+        for key, (position, at) in their_edges.items():  # the first in log order wins
+            if key not in edges or position < edges[key][0]:
+                edges[key] = (position, at)
+        cases.update(their_cases)
+        for tenant, position in their_positions.items():
+            positions[tenant] = max(position, positions.get(tenant, 0))
+        events += count
+    gathered = MemorySink()
+    gathered.edges, gathered.cases = edges, cases
+    tables = {table: gathered.rows()[table] for table in SHARED}
+    tables["projection_position"] = position_rows(positions, head)
+    with admin.connect() as conn, conn.transaction(), conn.cursor() as cur:
+        counts.update(copy_tables(cur, schema, tables))
+        check_counts(cur, schema, counts)
+    return counts, events
 
 
 #: Columns copied as literals of their own (the COPY would otherwise dump them element by element).
@@ -251,22 +460,31 @@ def fresh_schema(settings: Settings, admin: Database, schema: str) -> None:
 
 
 def rebuild(settings: Settings, app: Palimpsest, *, known_at: datetime | None = None,
-            into: str | None = None, progress: Progress | None = None) -> RebuildReport:
+            into: str | None = None, progress: Progress | None = None,
+            workers: int | None = None) -> RebuildReport:
+    """Replay the log into a fresh schema (see the module's notes). ``workers`` processes fold
+    it (default ``settings.rebuild_workers``); 1 folds it in this process."""
     admin = admin_database(settings)
     live = settings.read_schema
     stamp = known_at.strftime("%Y%m%d%H%M%S") if known_at else ""
     target = into or (f"{live}_at_{stamp}" if known_at else f"{live}_next")
     if target == live:
         raise ValueError("rebuild into a fresh schema, not the live one")
+    workers = workers or settings.rebuild_workers
     started = time.perf_counter()
     head = app.recorder.max_notification_id() or 0
-    with ThreadPoolExecutor(max_workers=1) as thread:  # the server makes the schema meanwhile
-        schema = thread.submit(fresh_schema, settings, admin, target)
-        sink, tracking, positions, count = fold(app, head, known_at, progress)
-        schema.result()
-    rows = write_rows(admin, target, sink, tracking, positions, head)
+    if workers > 1:
+        rows, count = fold_in_processes(settings, app, admin, target, head, known_at, workers,
+                                        progress)
+    else:
+        with ThreadPoolExecutor(max_workers=1) as thread:  # the server makes the schema meanwhile
+            schema = thread.submit(fresh_schema, settings, admin, target)
+            folded = fold(read_log(app, 1, head), head, known_at, progress)
+            schema.result()
+        rows, count = write_rows(admin, target, folded, head), folded.count
     with admin.connect(autocommit=True) as conn:  # over the copied rows: cheaper than during
-        create_read_indexes(conn, target, hnsw=vector_index_enabled(settings))
+        create_read_indexes(conn, target, hnsw=vector_index_enabled(settings),
+                            words=workers == 1)
     report = RebuildReport(target, count, head, time.perf_counter() - started, rows)
     if known_at is None and into is None:
         swap(admin, live, target)

@@ -336,17 +336,33 @@ _WORDS_FILL = """INSERT INTO {s}.card_terms (tenant_id, term, card_id, live, rec
 SELECT c.tenant_id, w, c.card_id, c.retracted_at IS NULL AND c.valid_to IS NULL
     AND c.merged_into IS NULL, c.recorded_at, c.scope, c.project_id, c.group_id
 FROM {s}.cards c,
-    unnest({s}.card_words(c.terms, c.subject, c.label, c.cardinality, c.memory_type)) AS w"""
+    unnest({s}.card_words(c.terms, c.subject, c.label, c.cardinality, c.memory_type)) AS w
+WHERE {share}
+ORDER BY 1, 2, 3"""  # in the key's order: each insert lands at the index's right edge
+
+#: The rebuild process that folds an aggregate (``projections.replay.share_of``), in SQL.
+SHARE_OF = "get_byte(uuid_send(c.aggregate_id), 15) % {shares} = {part}"
+
+
+def fill_words(cur: psycopg.Cursor[Any], schema: str, share: tuple[int, int] | None = None
+               ) -> None:
+    """The words of the cards in ``schema`` (of one rebuild share's aggregates, if given) written
+    into ``card_terms`` in one statement: after a bulk copy, where the trigger is not armed yet."""
+    where = sql.SQL("true") if share is None else sql.SQL(SHARE_OF).format(
+        shares=sql.Literal(share[1]), part=sql.Literal(share[0]))
+    cur.execute(sql.SQL(_WORDS_FILL).format(s=sql.Identifier(schema), share=where))
 
 _WORDS_TRIGGER = """CREATE TRIGGER card_terms_sync AFTER INSERT OR UPDATE ON {s}.cards
     FOR EACH ROW EXECUTE FUNCTION {s}.card_terms_sync()"""
 
 
-def create_read_indexes(conn: psycopg.Connection[Any], schema: str, hnsw: bool = True) -> None:
+def create_read_indexes(conn: psycopg.Connection[Any], schema: str, hnsw: bool = True,
+                        words: bool = True) -> None:
     """The secondary indexes of the read models in ``schema`` (idempotent); the HNSW index of
     the embeddings with ``hnsw``; and the words index's trigger: when it is not there yet, the
     words of the cards already stored are written in one statement first (after a rebuild's
-    copy, or on a schema made before the words index)."""
+    copy, or on a schema made before the words index), unless ``words`` is false (the rebuild's
+    processes wrote them with their copies)."""
     names = {"s": sql.Identifier(schema)}
     conn.execute(sql.SQL(_INDEXES).format(**names))
     if hnsw:
@@ -356,6 +372,7 @@ def create_read_indexes(conn: psycopg.Connection[Any], schema: str, hnsw: bool =
     armed = conn.execute("SELECT 1 FROM pg_trigger WHERE tgname = 'card_terms_sync' AND tgrelid = "
                          "to_regclass(%s)", (f"{sql.Identifier(schema).as_string(conn)}.cards",)).fetchone()
     if not armed:
-        conn.execute(sql.SQL("DELETE FROM {s}.card_terms").format(**names))
-        conn.execute(sql.SQL(_WORDS_FILL).format(**names))
+        if words:
+            conn.execute(sql.SQL("DELETE FROM {s}.card_terms").format(**names))
+            fill_words(conn.cursor(), schema)
         conn.execute(sql.SQL(_WORDS_TRIGGER).format(**names))

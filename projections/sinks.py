@@ -235,8 +235,11 @@ class MemorySink:
         self.slots: dict[tuple[str, UUID], dict[str, Any]] = {}
         self.cards: dict[tuple[str, UUID], dict[str, Any]] = {}
         self.versions: dict[tuple[str, UUID], list[dict[str, Any]]] = {}
-        self.edges: dict[tuple[str, UUID, UUID, str], datetime] = {}
+        #: Each edge with the notification that first made it, and when.
+        self.edges: dict[tuple[str, UUID, UUID, str], tuple[int, datetime]] = {}
         self.cases: dict[tuple[str, UUID], dict[str, Any]] = {}
+        #: The notification whose operations are being applied.
+        self.position = 0
         self._rules: dict[type, Callable[[Any], None]] = {
             PutNode: self._put_node, PutSlot: self._put_slot, PutCard: self._put_card,
             ChangeCard: self._change_card, PutEdge: self._put_edge, PutCase: self._put_case,
@@ -291,7 +294,8 @@ class MemorySink:
         history.append(self._version(row, op.at))
 
     def _put_edge(self, op: PutEdge) -> None:
-        self.edges.setdefault((op.tenant_id, op.src_id, op.dst_id, op.edge), op.recorded_at)
+        self.edges.setdefault((op.tenant_id, op.src_id, op.dst_id, op.edge),
+                              (self.position, op.recorded_at))
 
     def _put_case(self, op: PutCase) -> None:
         self.cases[(op.row["tenant_id"], op.row["case_id"])] = {
@@ -328,7 +332,7 @@ class MemorySink:
                 tuple(v[c] for c in version_columns)
                 for history in self.versions.values() for v in history]),
             "card_relations": (("tenant_id", "src_id", "dst_id", "edge", "recorded_at"),
-                               [(*key, at) for key, at in self.edges.items()]),
+                               [(*key, at) for key, (_, at) in self.edges.items()]),
             "arbitration_queue": (case_columns, [
                 tuple(r[c] for c in case_columns) for r in self.cases.values()]),
         }

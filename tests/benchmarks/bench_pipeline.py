@@ -6,8 +6,9 @@ Writes a corpus through the real commands into a throwaway data folder (its serv
 ``synchronous_commit = off`` so the corpus is quick to make; that affects the write side only),
 then reports, all in one run so the figures share the machine's load:
 
-- replay: the log folded straight into a fresh schema (``rebuild``), events/s, with the tokenizer
-  loaded beforehand (its load time is printed on its own);
+- replay: the log folded straight into a fresh schema (``rebuild``), events/s, in this process
+  and then in ``PALIMPSEST_REBUILD_WORKERS`` forked processes (default: the cores, at most 4),
+  with the tokenizer loaded beforehand (its load time is printed on its own);
 - incremental catch-up from the log (the projector's PostgreSQL sink, no Kafka): the baseline;
 - beside those two, the CPU time this process spent (the server's is not counted): on a shared
   machine it moves less than the wall-clock rates;
@@ -269,11 +270,12 @@ def main() -> None:
         started = time.perf_counter()
         warm_up()  # a fixed cost of any process that projects, not a rate: reported on its own
         print(f"tokenizer        {time.perf_counter() - started:>9.2f} s to load (before the replay)")
-        cpu = time.process_time()
-        report = rebuild(settings, app, into="bench_replay")
-        print(f"replay           {report.rate:>9,.0f} events/s  ({report.events} events, "
-              f"{report.seconds:.2f} s, fold + COPY + indexes + check; "
-              f"{time.process_time() - cpu:.2f} s CPU in this process)")
+        for workers in (1, settings.rebuild_workers):  # one process first: the baseline
+            cpu = time.process_time()
+            report = rebuild(settings, app, into="bench_replay", workers=workers)
+            print(f"replay ×{workers:<9} {report.rate:>9,.0f} events/s  ({report.events} events, "
+                  f"{report.seconds:.2f} s, fold + COPY + indexes + check; "
+                  f"{time.process_time() - cpu:.2f} s CPU in this process)")
         fresh_schema(settings, "bench_catchup")
         projector = make_projector(settings, app, schema="bench_catchup")
         started, cpu = time.perf_counter(), time.process_time()

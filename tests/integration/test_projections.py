@@ -3,6 +3,7 @@ gaps filled, poison stops, crash safety, rebuild equals incremental, as-of, tena
 
 from __future__ import annotations
 
+import multiprocessing
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -13,6 +14,7 @@ from psycopg import sql
 from psycopg.types.range import Range
 
 import projections.projector as projector_module
+import projections.replay as replay_module
 from infra.postgres import Database, projector_database
 from infra.settings import Settings
 from projections.ops import PutEdge
@@ -22,7 +24,15 @@ from projections.projector import (
     ProjectionUnavailableError,
     Projector,
 )
-from projections.replay import catch_up, make_projector, read_ahead, read_log, rebuild
+from projections.replay import (
+    catch_up,
+    make_projector,
+    read_ahead,
+    read_log,
+    rebuild,
+    share_of,
+)
+from projections.schema import SHARE_OF
 from projections.sinks import array_literal, range_literal
 from services.commands import Arbitrate, Remember
 from services.demo import SimulatedClock, run_demo
@@ -228,9 +238,9 @@ class TestTime:
 
 
 class TestRebuild:
-    @pytest.mark.parametrize("batch", [500, 7, 1])
+    @pytest.mark.parametrize(("batch", "workers"), [(500, 2), (7, 1), (1, 3)])
     def test_rebuild_equals_the_incremental_read_models(self, pg_settings, admin_db, projector,
-                                                        reads, batch) -> None:
+                                                        reads, batch, workers) -> None:
         clock = SimulatedClock()
         demo_app = create_app(pg_settings, clock=clock)
         try:
@@ -240,11 +250,14 @@ class TestRebuild:
                                                            decided_by="u"))
             catch_up(projector, demo_app, batch=batch)  # small batches change stored rows
             head = demo_app.recorder.max_notification_id()
-            report = rebuild(pg_settings, demo_app, into="palimpsest_read_check")
+            reached: list[int] = []
+            report = rebuild(pg_settings, demo_app, into="palimpsest_read_check", workers=workers,
+                             progress=lambda done, total: reached.append(done))
             logged = sum(1 for _ in read_log(demo_app, 1, head or 0))
         finally:
             demo_app.close()
         assert report.head == head and report.events == logged and not report.swapped, "the whole log"
+        assert reached == sorted(reached) and reached[-1] == head, "progress grows to the head"
         for table in COMPARED:
             live = dump(admin_db, pg_settings.read_schema, table)
             rebuilt = dump(admin_db, "palimpsest_read_check", table)
@@ -253,6 +266,37 @@ class TestRebuild:
         assert [c.content for c in known] == ["2026-11-22"]
         assert indexes(admin_db, "palimpsest_read_check") == indexes(
             admin_db, pg_settings.read_schema), "the rebuild builds every index after its copy"
+
+    def test_a_failing_rebuild_process_stops_the_rebuild_and_names_the_event(
+            self, pg_settings, app, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+        tenant = new_tenant()
+        for city in ("Taipei", "Kyoto", "Osaka"):
+            app.remember(tenant, state("address", city))
+        app.remember(tenant, Remember(kind="event", memory_type="event", content="met Hannah"))
+        culprit = deliveries(app, tenant)[2]
+        original = replay_module.project
+
+        def broken(event: Any) -> Any:  # the processes are forked: they run this too
+            if (event.originator_id, event.originator_version) == (
+                    culprit.event.originator_id, culprit.event.originator_version):
+                raise KeyError("handler bug")
+            return original(event)
+
+        monkeypatch.setattr(replay_module, "project", broken)
+        with pytest.raises(ProjectionError, match=f"notification {culprit.notification_id}.*handler bug"):
+            rebuild(pg_settings, app, into="palimpsest_read_failed", workers=2)
+        assert multiprocessing.active_children() == [], "no rebuild process is left behind"
+
+    def test_a_share_is_the_same_in_python_and_in_sql(self, admin_db) -> None:
+        ids = [uuid.uuid4() for _ in range(200)]
+        with admin_db.connect() as conn:
+            for shares in (2, 3, 4):
+                in_sql = [conn.execute(sql.SQL("SELECT {}").format(sql.SQL(
+                    SHARE_OF.replace("c.aggregate_id", "{id}::uuid")).format(
+                    id=sql.Literal(str(i)), shares=sql.Literal(shares),
+                    part=sql.Literal(share_of(i, shares))))).fetchone()[0] for i in ids]
+                assert all(in_sql), f"{shares} shares"
+        assert {share_of(i, 3) for i in ids} == {0, 1, 2}
 
     def test_copied_literals_read_back_as_the_values(self, admin_db) -> None:
         items = ["plain", 'a "quoted" word', "back\\slash", "comma, brace {}", "", "NULL", "資料庫"]
