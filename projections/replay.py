@@ -279,7 +279,6 @@ def fold_in_processes(settings: Settings, app: Palimpsest, admin: Database, sche
     context = multiprocessing.get_context("fork")  # the code and tokenizer loaded once, shared
     ready = context.Event()
     children: list[_Child] = []
-    results: dict[int, Any] = {}
     try:
         for part in range(workers):  # before this rebuild starts a thread
             pages_in, pages_out = context.Pipe(duplex=False)
@@ -300,34 +299,10 @@ def fold_in_processes(settings: Settings, app: Palimpsest, admin: Database, sche
 
         with ThreadPoolExecutor(max_workers=1) as thread:
             made = thread.submit(fresh_schema, settings, admin, schema)
-            try:
-                for page in read_pages(app, 1, head):
-                    split: list[list[Notification]] = [[] for _ in children]
-                    for notification in page:
-                        split[share_of(notification.originator_id, workers)].append(notification)
-                    for child, notifications in zip(children, split, strict=True):
-                        if notifications:
-                            child.pages.send(notifications)
-                    report()
-                for child in children:
-                    child.pages.send(None)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # a process stopped: its error is in its results
-            finally:
-                for child in children:  # a process still waiting for pages stops
-                    child.pages.close()
+            _hand_out(read_pages(app, 1, head), children, report)
             made.result()
         ready.set()
-        while len(results) < workers:
-            for part, child in enumerate(children):
-                if part not in results and child.results.poll():
-                    results[part] = child.results.recv()
-                elif part not in results and not child.process.is_alive():
-                    results[part] = f"exited ({child.process.exitcode}) without a result"
-            report()
-            waiting = [c.results for p, c in enumerate(children) if p not in results]
-            if waiting:
-                multiprocessing.connection.wait(waiting, timeout=0.25)
+        results = _gather(children, report)
     finally:
         for child in children:
             child.process.join(timeout=5)
@@ -335,28 +310,81 @@ def fold_in_processes(settings: Settings, app: Palimpsest, admin: Database, sche
                 child.process.terminate()
                 child.process.join()
             child.results.close()
+    return _copy_gathered(admin, schema, head, results)
+
+
+def _hand_out(pages: Iterable[list[Notification]], children: list[_Child],
+              report: Callable[[], None]) -> None:
+    """Each page's notifications to the processes of their aggregates, then the end of the log;
+    if a process has stopped, the rest stop too (its error comes back with its results)."""
+    try:
+        for page in pages:
+            split: list[list[Notification]] = [[] for _ in children]
+            for notification in page:
+                split[share_of(notification.originator_id, len(children))].append(notification)
+            for child, notifications in zip(children, split, strict=True):
+                if notifications:
+                    child.pages.send(notifications)
+            report()
+        for child in children:
+            child.pages.send(None)
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        for child in children:  # a process still waiting for pages reads the end and stops
+            child.pages.close()
+
+
+def _gather(children: list[_Child], report: Callable[[], None]) -> list[Any]:
+    """Every process's results, in share order; an error if any failed (the first cause, not
+    the processes it stopped)."""
+    results: dict[int, Any] = {}
+    while len(results) < len(children):
+        for part, child in enumerate(children):
+            if part not in results and (child.results.poll() or not child.process.is_alive()):
+                results[part] = _result(child)
+        report()
+        waiting = [c.results for p, c in enumerate(children) if p not in results]
+        if waiting:
+            multiprocessing.connection.wait(waiting, timeout=0.25)
     failed = {part: result for part, result in results.items() if isinstance(result, str)}
     if failed:
         cause = {p: r for p, r in failed.items() if not r.startswith("stopped:")} or failed
         raise ProjectionError("; ".join(f"rebuild process {p}: {r}" for p, r in cause.items()))
+    return [results[part] for part in sorted(results)]
+
+
+def _result(child: _Child) -> Any:
+    """What a process sent, or why it sent nothing (it died: the pipe ends empty)."""
+    try:
+        if child.results.poll():
+            return child.results.recv()
+    except EOFError:
+        pass
+    child.process.join(timeout=5)
+    return f"exited ({child.process.exitcode}) without a result"
+
+
+def _copy_gathered(admin: Database, schema: str, head: int, results: list[Any]
+                   ) -> tuple[dict[str, int], int]:
+    """The shares' edges (an edge made twice keeps the first notification's), cases and tenant
+    positions copied, and every table checked against the rows copied into it."""
     counts: dict[str, int] = {}
-    edges: dict[tuple[str, Any, Any, str], tuple[int, datetime]] = {}
-    cases: dict[tuple[str, Any], dict[str, Any]] = {}
+    gathered = MemorySink()
     positions: dict[str, int] = {}
     events = 0
-    for copied, their_edges, their_cases, their_positions, count in results.values():
+    for copied, edges, cases, their_positions, count in results:
         for table, copied_rows in copied.items():
             counts[table] = counts.get(table, 0) + copied_rows
-        for key, (position, at) in their_edges.items():  # the first in log order wins
-            if key not in edges or position < edges[key][0]:
-                edges[key] = (position, at)
-        cases.update(their_cases)
+        for key, (position, at) in edges.items():
+            if key not in gathered.edges or position < gathered.edges[key][0]:
+                gathered.edges[key] = (position, at)
+        gathered.cases.update(cases)
         for tenant, position in their_positions.items():
             positions[tenant] = max(position, positions.get(tenant, 0))
         events += count
-    gathered = MemorySink()
-    gathered.edges, gathered.cases = edges, cases
-    tables = {table: gathered.rows()[table] for table in SHARED}
+    rows = gathered.rows()
+    tables = {table: rows[table] for table in SHARED}
     tables["projection_position"] = position_rows(positions, head)
     with admin.connect() as conn, conn.transaction(), conn.cursor() as cur:
         counts.update(copy_tables(cur, schema, tables))

@@ -4,6 +4,7 @@ gaps filled, poison stops, crash safety, rebuild equals incremental, as-of, tena
 from __future__ import annotations
 
 import multiprocessing
+import os
 import uuid
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -267,8 +268,9 @@ class TestRebuild:
         assert indexes(admin_db, "palimpsest_read_check") == indexes(
             admin_db, pg_settings.read_schema), "the rebuild builds every index after its copy"
 
-    def test_a_failing_rebuild_process_stops_the_rebuild_and_names_the_event(
-            self, pg_settings, app, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    @pytest.mark.parametrize("failure", ["raises", "dies"])
+    def test_a_failing_rebuild_process_stops_the_rebuild_and_says_why(
+            self, pg_settings, app, monkeypatch, failure) -> None:  # type: ignore[no-untyped-def]
         tenant = new_tenant()
         for city in ("Taipei", "Kyoto", "Osaka"):
             app.remember(tenant, state("address", city))
@@ -279,11 +281,15 @@ class TestRebuild:
         def broken(event: Any) -> Any:  # the processes are forked: they run this too
             if (event.originator_id, event.originator_version) == (
                     culprit.event.originator_id, culprit.event.originator_version):
+                if failure == "dies":
+                    os._exit(9)
                 raise KeyError("handler bug")
             return original(event)
 
         monkeypatch.setattr(replay_module, "project", broken)
-        with pytest.raises(ProjectionError, match=f"notification {culprit.notification_id}.*handler bug"):
+        why = (f"notification {culprit.notification_id}.*handler bug" if failure == "raises" else
+               r"exited \(9\) without a result")
+        with pytest.raises(ProjectionError, match=why):
             rebuild(pg_settings, app, into="palimpsest_read_failed", workers=2)
         assert multiprocessing.active_children() == [], "no rebuild process is left behind"
 
