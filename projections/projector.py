@@ -4,7 +4,9 @@ One batch is one transaction: the read-model rows, the per-aggregate tracking an
 position commit together or not at all. Idempotency is keyed on the event's identity
 (originator id, version), never on Kafka offsets:
 
-- a version already applied is skipped (a duplicate delivery changes nothing);
+- a version already applied is skipped (a duplicate delivery changes nothing); the batch's
+  tenants are locked before their tracking is read, so a duplicate delivered to two projectors at
+  once is skipped by the second;
 - a version beyond the next one means a gap: the missing versions are read from the event store
   (the source of truth) and applied first, in order; if the log does not have them the batch fails;
 - an event the projection cannot decode or apply is recorded in ``projection_failures`` and the
@@ -75,6 +77,12 @@ class Projector:
         self.sink = PostgresSink(schema)
         s = sql.Identifier(schema)
         self._set_tenant = "SELECT set_config('palimpsest.tenant', %s, true)"
+        #: One transaction at a time per tenant (and projection and schema), locks taken in one
+        #: order: two projectors given the same events at once (consumer-group members during a
+        #: rebalance, a starting member's catch-up) apply them once.
+        self._lock_tenants = (
+            "SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT DISTINCT "
+            "hashtextextended(%s || '/' || t, 0) AS k FROM unnest(%s::text[]) AS t ORDER BY k) s")
         self._tracking = sql.SQL(
             "SELECT tenant_id, originator_id, version FROM {}.projection_tracking "
             "WHERE projection = %s AND originator_id = ANY(%s)").format(s)
@@ -131,7 +139,9 @@ class Projector:
         try:
             with (self.conn.pipeline() if pipelined else contextlib.nullcontext()), \
                     self.conn.transaction(), self.conn.cursor() as cur:
-                versions = self._versions(cur, batch)
+                cur.execute(self._lock_tenants, (f"{self.name}/{self.schema}",
+                                                 list({d.tenant_id for d in batch})))
+                versions = self._versions(cur, batch)  # read once the tenants are this one's
                 ordered = sorted(batch, key=lambda d: d.tenant_id)  # stable: keeps log order
                 for tenant_id, items in groupby(ordered, key=lambda d: d.tenant_id):
                     applied += self._apply_tenant(cur, tenant_id, list(items), versions)

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
+import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -35,7 +38,7 @@ from projections.replay import (
 )
 from projections.schema import SHARE_OF
 from projections.sinks import array_literal, range_literal
-from services.commands import Arbitrate, Remember
+from services.commands import Arbitrate, Remember, Verify
 from services.demo import SimulatedClock, run_demo
 from services.factory import create_app
 from services.memory import Palimpsest
@@ -119,6 +122,41 @@ class TestExactlyOnce:
         assert projector.apply_batch(batch[1:] + batch[:1]) == 0
         after = {t: dump(admin_db, pg_settings.read_schema, t, tenant) for t in COMPARED}
         assert after == before
+
+    def test_two_projectors_given_the_same_events_at_once_apply_them_once(
+            self, app, projector, admin_db, pg_settings) -> None:  # type: ignore[no-untyped-def]
+        """As when two consumer-group members overlap in a rebalance, or a starting member's
+        catch-up meets another's batch: the second waits for the first's transaction, then
+        finds the events applied."""
+        tenant = new_tenant()
+        remembered = app.remember(tenant, state("address", "Taipei"))
+        projector.apply_batch(deliveries(app, tenant))
+        app.test_clock.advance(days=1)
+        app.verify(tenant, remembered.aggregate_id, Verify(card_id=remembered.card_id))
+        verified = deliveries(app, tenant)[-1:]
+        inside, commit = threading.Event(), threading.Event()
+        real = projector.sink.apply_all
+
+        def slow(cur: Any, ops: Any) -> None:  # applied, not committed yet
+            real(cur, ops)
+            cur.execute("SELECT 1").fetchone()  # the pipeline sends what it holds
+            inside.set()
+            commit.wait(timeout=10)
+
+        projector.sink.apply_all = slow  # type: ignore[method-assign]
+        first = ThreadPoolExecutor(max_workers=1).submit(projector.apply_batch, verified)
+        assert inside.wait(timeout=10)
+        other = make_projector(pg_settings, app, admin=admin_db)
+        try:
+            second = ThreadPoolExecutor(max_workers=1).submit(other.apply_batch, verified)
+            time.sleep(0.3)
+            commit.set()
+            assert (first.result(timeout=10), second.result(timeout=10)) == (1, 0)
+        finally:
+            commit.set()
+            other.close()
+        versions = dump(admin_db, pg_settings.read_schema, "card_versions", tenant)
+        assert len(versions) == 2, "recorded, then verified: once"
 
     def test_v3_before_v2_waits_for_v2(self, app, projector, reads) -> None:
         tenant = new_tenant()
