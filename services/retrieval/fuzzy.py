@@ -69,6 +69,9 @@ class FuzzyRoute:
         # the index finds what ``<%`` accepts: the trigram bar itself
         return {"pg_trgm.word_similarity_threshold": str(ctx.settings.fuzzy_trigram_threshold)}
 
+    def idle(self, query: RetrievalQuery, **extra: Any) -> str | None:
+        return None if query.words.strip() else "no words in the query"
+
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
         words = unknown_words(conn, ctx, query.words)
         if not words:

@@ -44,6 +44,10 @@ class GraphRoute:
     def settings(self, ctx: RouteContext) -> Mapping[str, str]:
         return GENERIC_PLANS  # a walk from a few ids: the same plan fits every call
 
+    def idle(self, query: RetrievalQuery, seeds: list[Any] | None = None, **extra: Any
+             ) -> str | None:
+        return None if seeds else "no seeds"
+
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext,
                  seeds: list[Any] | None = None) -> Hits:
         if not seeds:

@@ -156,15 +156,22 @@ class Route(Protocol):
         """Server settings for the route's transaction (``SET LOCAL``), set with the tenant in
         one statement."""
 
+    def idle(self, query: RetrievalQuery, **extra: Any) -> str | None:
+        """Why the route has nothing to look up for ``query`` (it then takes no connection and
+        runs no statement), or None."""
+
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery,
                  ctx: RouteContext) -> Hits: ...
 
 
 class PlainRoute:
-    """A route that needs no server settings of its own."""
+    """A route that needs no server settings of its own and always has something to look up."""
 
     def settings(self, ctx: RouteContext) -> Mapping[str, str]:
         return {}
+
+    def idle(self, query: RetrievalQuery, **extra: Any) -> str | None:
+        return None
 
 
 def shared_count(column: str, prefix: str, values: list[str]) -> tuple[sql.Composable, dict[str, str]]:

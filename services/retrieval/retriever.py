@@ -221,6 +221,8 @@ class Retriever:
     def _call(self, route: Route, tenant_id: str, query: RetrievalQuery, budget_ms: float,
               extra: dict[str, Any]) -> tuple[Hits, float]:
         started = time.perf_counter()
+        if (reason := route.idle(query, **extra)) is not None:
+            return Hits([], reason), (time.perf_counter() - started) * 1000
         with self.route_transaction(route, tenant_id, budget_ms) as conn:
             hits = route(conn, query, self.ctx, **extra)
         return hits, (time.perf_counter() - started) * 1000

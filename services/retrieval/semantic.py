@@ -48,6 +48,9 @@ class SemanticRoute:
         # the index is shared by every tenant and model: keep scanning until enough pass the filter
         return {"hnsw.ef_search": str(candidates(ctx.settings)), "hnsw.iterative_scan": "relaxed_order"}
 
+    def idle(self, query: RetrievalQuery, **extra: Any) -> str | None:
+        return None
+
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
         settings = ctx.settings
         statement = sql.SQL(_SQL).format(s=ctx.s, visible=ctx.visible(query))

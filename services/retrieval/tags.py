@@ -55,6 +55,9 @@ def index_words(query_terms: list[str], labels: list[str], types: list[str]) -> 
 class TagsRoute(PlainRoute):
     name = "tags"
 
+    def idle(self, query: RetrievalQuery, **extra: Any) -> str | None:
+        return None if any(terms(query.words)) else "no terms in the query"
+
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
         wanted = list(terms(query.words))[:MAX_TERMS]
         if not wanted:

@@ -35,10 +35,13 @@ _CHANGED = ("(c.valid_from >= %(lo{i})s AND c.valid_from < %(hi{i})s) "
 class TemporalRoute(PlainRoute):
     name = "temporal"
 
+    def idle(self, query: RetrievalQuery, **extra: Any) -> str | None:
+        return None if query.time_ranges else "no time expression"
+
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
+        if (reason := self.idle(query)) is not None:
+            return Hits([], reason)
         ranges = query.time_ranges
-        if not ranges:
-            return Hits([], "no time expression")
         bounds = {f"{name}{i}": value for i, r in enumerate(ranges)
                   for name, value in (("lo", r.start), ("hi", r.end))}
         found: list[UUID] = []

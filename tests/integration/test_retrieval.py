@@ -284,6 +284,30 @@ def test_a_failing_route_is_reported_not_fatal(world) -> None:
     assert found(result)[0] == "Kaohsiung"
 
 
+def test_a_route_with_nothing_to_look_up_takes_no_connection(world) -> None:
+    _, shared, clock, tenant, _, _ = world
+    queries: Queries = create_queries(shared.settings, clock)
+    opened: list[str] = []
+    real = queries.retriever.route_transaction
+
+    def recording(route: Any, *args: Any, **kwargs: Any) -> Any:
+        opened.append(route.name)
+        return real(route, *args, **kwargs)
+
+    queries.retriever.route_transaction = recording  # type: ignore[method-assign]
+    try:
+        plain = queries.search(tenant, "Kaohsiung")
+        plain_opened, opened[:] = sorted(opened), []
+        timed = queries.search(tenant, "what did I do last week?")
+    finally:
+        queries.close()
+    assert plain.diagnostics.routes["temporal"].detail == "no time expression"
+    assert plain.diagnostics.routes["temporal"].status == "ok"
+    assert "temporal" not in plain_opened and "semantic" in plain_opened
+    assert "temporal" in opened and timed.diagnostics.routes["temporal"].status == "ok"
+    assert found(plain)[0] == "Kaohsiung"
+
+
 def test_a_slow_route_times_out_and_its_breaker_quarantines_it(pg_settings, world) -> None:
     _, _, clock, tenant, _, _ = world
     # timed-out calls count as 500 ms, over the 400 ms limit; the real routes stay well under it
