@@ -499,6 +499,8 @@ def rebuild(settings: Settings, app: Palimpsest, *, known_at: datetime | None = 
     if target == live:
         raise ValueError("rebuild into a fresh schema, not the live one")
     workers = workers or settings.rebuild_workers
+    if "fork" not in multiprocessing.get_all_start_methods():
+        workers = 1  # the processes share this one's loaded code and tokenizer by forking
     started = time.perf_counter()
     head = app.recorder.max_notification_id() or 0
     if workers > 1:
