@@ -87,6 +87,9 @@ def rebuild(
     known_at: str = typer.Option(None, help="Build the read models as known at this ISO time, "
                                  "into a schema of their own (nothing is swapped)."),
     into: str = typer.Option(None, help="Build into this schema and swap nothing."),
+    workers: int = typer.Option(None, min=1, help="Processes that fold the log (default: "
+                                "PALIMPSEST_REBUILD_WORKERS, one per core, at most 4); 1 folds "
+                                "it in this process."),
 ) -> None:
     """Replay the whole log into a fresh schema, check it, and swap it in while queries go on."""
     from datetime import datetime
@@ -112,7 +115,8 @@ def rebuild(
                 rate = done / max(time.perf_counter() - started, 1e-9)
                 bar.update(task, completed=done, total=total, rate=rate)
 
-            report = run_rebuild(settings, app, known_at=moment, into=into, progress=progress)
+            report = run_rebuild(settings, app, known_at=moment, into=into, progress=progress,
+                                 workers=workers)
     finally:
         app.close()
     typer.echo(f"{report.events} events replayed in {report.seconds:.1f} s "

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -330,6 +332,24 @@ class TestRebuild:
         with pytest.raises(ProjectionError, match=why):
             rebuild(pg_settings, app, into="palimpsest_read_failed", workers=2)
         assert multiprocessing.active_children() == [], "no rebuild process is left behind"
+
+    def test_the_command_line_rebuilds_with_the_processes_asked_for(self, pg_settings, app,
+                                                                     admin_db) -> None:
+        tenant = new_tenant()
+        app.remember(tenant, state("address", "Taipei"))
+        env = {**os.environ, "PALIMPSEST_DATA_DIR": str(pg_settings.data_dir),
+               "PALIMPSEST_AUTO_BOOTSTRAP": "false"}
+        done = subprocess.run(
+            [sys.executable, "-m", "services.cli", "rebuild", "--into", "palimpsest_read_cli",
+             "--workers", "2"], env=env, capture_output=True, text=True, timeout=300, check=False)
+        assert done.returncode == 0, done.stderr
+        assert "events replayed" in done.stdout and "into palimpsest_read_cli" in done.stdout
+        cards = dump(admin_db, "palimpsest_read_cli", "cards", tenant)
+        assert len(cards) == 1
+        refused = subprocess.run(
+            [sys.executable, "-m", "services.cli", "rebuild", "--into", "palimpsest_read_cli",
+             "--workers", "0"], env=env, capture_output=True, text=True, timeout=60, check=False)
+        assert refused.returncode != 0 and "Traceback" not in refused.stderr
 
     def test_a_share_is_the_same_in_python_and_in_sql(self, admin_db) -> None:
         ids = [uuid.uuid4() for _ in range(200)]
