@@ -501,6 +501,19 @@ def rebuild(settings: Settings, app: Palimpsest, *, known_at: datetime | None = 
     workers = workers or settings.rebuild_workers
     if "fork" not in multiprocessing.get_all_start_methods():
         workers = 1  # the processes share this one's loaded code and tokenizer by forking
+    with admin.connect(autocommit=True) as guard:  # held to the end: one rebuild per schema
+        taken = guard.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
+                              (f"palimpsest rebuild {target}",)).fetchone()
+        if not (taken and taken[0]):
+            raise ProjectionError(f"a rebuild into {target} is already running: wait for it, "
+                                  "or rebuild --into another schema")
+        return _rebuild(settings, app, admin, target, known_at, into, progress, workers)
+
+
+def _rebuild(settings: Settings, app: Palimpsest, admin: Database, target: str,
+             known_at: datetime | None, into: str | None, progress: Progress | None,
+             workers: int) -> RebuildReport:
+    live = settings.read_schema
     started = time.perf_counter()
     head = app.recorder.max_notification_id() or 0
     if workers > 1:

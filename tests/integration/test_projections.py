@@ -351,6 +351,18 @@ class TestRebuild:
              "--workers", "0"], env=env, capture_output=True, text=True, timeout=60, check=False)
         assert refused.returncode != 0 and "Traceback" not in refused.stderr
 
+    def test_a_second_rebuild_into_the_same_schema_is_refused_while_one_runs(
+            self, pg_settings, app, admin_db) -> None:  # type: ignore[no-untyped-def]
+        app.remember(new_tenant(), state("address", "Taipei"))
+        with admin_db.connect(autocommit=True) as running:  # what the first rebuild holds
+            running.execute("SELECT pg_advisory_lock(hashtextextended(%s, 0))",
+                            ("palimpsest rebuild palimpsest_read_busy",))
+            with pytest.raises(ProjectionError, match="already running"):
+                rebuild(pg_settings, app, into="palimpsest_read_busy", workers=1)
+            other = rebuild(pg_settings, app, into="palimpsest_read_other", workers=1)
+            assert other.events > 0, "another schema is not held up"
+        assert rebuild(pg_settings, app, into="palimpsest_read_busy", workers=1).events > 0
+
     def test_a_share_is_the_same_in_python_and_in_sql(self, admin_db) -> None:
         ids = [uuid.uuid4() for _ in range(200)]
         with admin_db.connect() as conn:
