@@ -270,7 +270,7 @@ def main() -> None:
         started = time.perf_counter()
         warm_up()  # a fixed cost of any process that projects, not a rate: reported on its own
         print(f"tokenizer        {time.perf_counter() - started:>9.2f} s to load (before the replay)")
-        for workers in (1, settings.rebuild_workers):  # one process first: the baseline
+        for workers in dict.fromkeys((1, settings.rebuild_workers)):  # one process first: the baseline
             cpu = time.process_time()
             report = rebuild(settings, app, into="bench_replay", workers=workers)
             print(f"replay ×{workers:<9} {report.rate:>9,.0f} events/s  ({report.events} events, "
