@@ -16,7 +16,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict
 from pydantic import SecretStr
 
 from infra.pgvector_build import cpu_flags, native_build_installed
@@ -51,11 +51,6 @@ class Database:
 
     def as_role(self, user: str, password: str | None) -> Database:
         return replace(self, user=user, password=password)
-
-    @property
-    def dsn(self) -> str:
-        return make_conninfo(host=self.host, port=self.port, dbname=self.dbname, user=self.user,
-                             password=self.password)
 
     def connect(self, **kwargs: Any) -> psycopg.Connection[Any]:
         return psycopg.connect(

@@ -155,18 +155,18 @@ def fold(deliveries: Iterable[Delivered], head: int, known_at: datetime | None,
     return folded
 
 
-Tables = dict[str, tuple[tuple[str, ...], list[tuple[Any, ...]]]]
+#: A table's columns and rows, as ``MemorySink.rows`` gives them.
+Table = tuple[tuple[str, ...], list[tuple[Any, ...]]]
+Tables = dict[str, Table]
 
 
-def tracking_rows(tracking: dict[tuple[str, Any], int]) -> tuple[tuple[str, ...],
-                                                                  list[tuple[Any, ...]]]:
+def tracking_rows(tracking: dict[tuple[str, Any], int]) -> Table:
     return (("projection", "tenant_id", "originator_id", "version"),
             [(NAME, tenant, originator, version)
              for (tenant, originator), version in tracking.items()])
 
 
-def position_rows(positions: dict[str, int], head: int) -> tuple[tuple[str, ...],
-                                                                  list[tuple[Any, ...]]]:
+def position_rows(positions: dict[str, int], head: int) -> Table:
     return (("projection", "tenant_id", "position"),
             [(NAME, tenant, position) for tenant, position in positions.items()]
             + [(NAME, Projector.LOG, head)])

@@ -374,5 +374,6 @@ def create_read_indexes(conn: psycopg.Connection[Any], schema: str, hnsw: bool =
     if not armed:
         if words:
             conn.execute(sql.SQL("DELETE FROM {s}.card_terms").format(**names))
-            fill_words(conn.cursor(), schema)
+            with conn.cursor() as cur:
+                fill_words(cur, schema)
         conn.execute(sql.SQL(_WORDS_TRIGGER).format(**names))

@@ -20,7 +20,14 @@ import psycopg
 from psycopg import sql
 
 from projections.text import cjk_bigrams, latin_words, terms, tokenize
-from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters, shared_count
+from services.retrieval.query import (
+    Hits,
+    PlainRoute,
+    RetrievalQuery,
+    RouteContext,
+    parameters,
+    shared_count,
+)
 
 #: Bigrams of a query beyond this many are not counted (the first ones are); a card is looked up
 #: by any two of them, so this many make n·(n−1)/2 index conditions.
@@ -62,7 +69,7 @@ def bigram_match(count: int) -> sql.Composable:
         for i, j in itertools.combinations(range(count), 2))
 
 
-class FuzzyRoute:
+class FuzzyRoute(PlainRoute):
     name = "fuzzy"
 
     def settings(self, ctx: RouteContext) -> Mapping[str, str]:

@@ -13,7 +13,14 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from services.retrieval.query import GENERIC_PLANS, Hits, RetrievalQuery, RouteContext, parameters
+from services.retrieval.query import (
+    GENERIC_PLANS,
+    Hits,
+    PlainRoute,
+    RetrievalQuery,
+    RouteContext,
+    parameters,
+)
 
 _SQL = """WITH seeds AS (SELECT * FROM unnest(%(seeds)s::uuid[]) WITH ORDINALITY AS s(id, rank)),
 starts AS (  -- a state card stands for its slot too: events link to the slot they affect
@@ -38,7 +45,7 @@ WHERE {visible}
 GROUP BY r.card_id ORDER BY seed_rank, linked_at DESC, r.card_id LIMIT %(limit)s"""
 
 
-class GraphRoute:
+class GraphRoute(PlainRoute):
     name = "graph"
 
     def settings(self, ctx: RouteContext) -> Mapping[str, str]:

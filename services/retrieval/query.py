@@ -165,7 +165,7 @@ class Route(Protocol):
 
 
 class PlainRoute:
-    """A route that needs no server settings of its own and always has something to look up."""
+    """A route's defaults: no server settings of its own, and always something to look up."""
 
     def settings(self, ctx: RouteContext) -> Mapping[str, str]:
         return {}

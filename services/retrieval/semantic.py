@@ -17,7 +17,7 @@ from psycopg import sql
 
 from infra.embedders import Embedder
 from infra.settings import RetrievalSettings
-from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters
+from services.retrieval.query import Hits, PlainRoute, RetrievalQuery, RouteContext, parameters
 
 _SQL = """WITH nearest AS MATERIALIZED (
     SELECT e.card_id, e.embedding <=> %(vector)s::vector AS distance
@@ -33,7 +33,7 @@ def candidates(settings: RetrievalSettings) -> int:
     return min(max(settings.semantic_candidates, settings.semantic_top_k), 1_000)
 
 
-class SemanticRoute:
+class SemanticRoute(PlainRoute):
     name = "semantic"
 
     def __init__(self, embedder: Embedder, cache_size: int = 1_024) -> None:
@@ -47,9 +47,6 @@ class SemanticRoute:
     def settings(self, ctx: RouteContext) -> Mapping[str, str]:
         # the index is shared by every tenant and model: keep scanning until enough pass the filter
         return {"hnsw.ef_search": str(candidates(ctx.settings)), "hnsw.iterative_scan": "relaxed_order"}
-
-    def idle(self, query: RetrievalQuery, **extra: Any) -> str | None:
-        return None
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
         settings = ctx.settings
