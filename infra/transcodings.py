@@ -18,12 +18,15 @@ class DataclassAsDict(Transcoding):
         self.type = cls
         self.name = name
         self._fields = tuple(f.name for f in fields(cls))
+        self._known = frozenset(self._fields)
 
     def encode(self, obj: Any) -> dict[str, Any]:
         return {name: getattr(obj, name) for name in self._fields}
 
     def decode(self, data: dict[str, Any]) -> Any:
-        return self.type(**{k: v for k, v in data.items() if k in self._fields})
+        if data.keys() <= self._known:
+            return self.type(**data)
+        return self.type(**{k: v for k, v in data.items() if k in self._known})  # a field gone
 
 
 def register_domain_transcodings(transcoder: JSONTranscoder) -> None:

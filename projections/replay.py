@@ -8,8 +8,8 @@ until the commit). It then catches the new schema up incrementally with the even
 meanwhile. With ``known_at`` it builds the read models as they were known at that moment into a
 schema of their own, and swaps nothing.
 
-The fold runs in ``rebuild_workers`` forked processes, each given the events of its share of the
-aggregates by this one, which reads the log once. Every row the projection writes belongs to the
+The fold runs in ``rebuild_workers`` forked processes, each reading the events of its share of the
+aggregates straight from the event store. Every row the projection writes belongs to the
 aggregate whose events made it, except edges and arbitration cases (they name other aggregates'
 nodes): each process copies its own rows, and the edges and cases are gathered and copied once
 every share is in. With one worker the fold runs in the calling process.
@@ -37,16 +37,25 @@ from uuid import UUID
 
 from eventsourcing.persistence import Notification
 from psycopg import sql
+from psycopg.rows import tuple_row
 
-from infra.postgres import Database, admin_database, projector_database, vector_index_enabled
+from infra.postgres import (
+    EVENTS_TABLE,
+    Database,
+    admin_database,
+    projector_database,
+    vector_index_enabled,
+)
 from infra.settings import Settings
 from projections.cards import NAME, project
 from projections.projector import Delivered, ProjectionError, Projector
 from projections.schema import (
+    arm_words,
     create_functions,
-    create_read_indexes,
     create_read_schema,
     fill_words,
+    in_share,
+    index_statements,
 )
 from projections.sinks import ARRAYS, MemorySink, array_literal, range_literal
 from services.memory import Palimpsest
@@ -81,6 +90,34 @@ def read_pages(app: Palimpsest, start: int, stop: int) -> Iterator[list[Notifica
             return
         yield list(page)
         position = page[-1].id + 1
+
+
+def events_table(settings: Settings) -> sql.Composable:
+    return sql.SQL("{}.{}").format(sql.Identifier(settings.event_schema),
+                                   sql.Identifier(EVENTS_TABLE))
+
+
+_SHARE_PAGE = """SELECT notification_id, originator_id, originator_version, topic, state
+FROM {events} WHERE notification_id BETWEEN %s AND %s AND {share}
+ORDER BY notification_id LIMIT %s"""
+
+
+def read_share(admin: Database, events: sql.Composable, start: int, stop: int,
+               share: tuple[int, int] | None = None) -> Iterator[list[Notification]]:
+    """The stored notifications in ``[start, stop]`` of one share of the aggregates (all, without
+    ``share``), page by page, in log order: read in binary, in one transaction."""
+    query = sql.SQL(_SHARE_PAGE).format(events=events,
+                                         share=in_share("originator_id", share))
+    with admin.connect() as conn, conn.cursor(binary=True, row_factory=tuple_row) as cur:
+        position = start
+        while position <= stop:
+            rows = cur.execute(query, (position, stop, PAGE), prepare=True).fetchall()
+            if not rows:
+                return
+            yield [Notification(id=id_, originator_id=originator, originator_version=version,
+                                topic=topic, state=state)
+                   for id_, originator, version, topic, state in rows]
+            position = rows[-1][0] + 1
 
 
 def decoded(mapper: Any, pages: Iterable[list[Notification]]) -> Iterator[Delivered]:
@@ -223,34 +260,30 @@ SHARED = ("card_relations", "arbitration_queue")
 
 def share_of(aggregate_id: Any, shares: int) -> int:
     """Which of ``shares`` rebuild processes folds an aggregate: its id's last byte modulo
-    ``shares`` (:data:`projections.schema.SHARE_OF` says the same in SQL)."""
+    ``shares`` (:func:`projections.schema.in_share` says the same in SQL)."""
     return (cast(UUID, aggregate_id).int & 0xFF) % shares
 
 
 @dataclass
 class _Child:
     process: Any
-    pages: Any  # notifications out
     results: Any  # its rows' counts and what must be merged, or its error, back
     reached: Any  # the last notification it applied
 
 
-def _fold_share(admin: Database, schema: str, head: int, known_at: datetime | None,
-                share: tuple[int, int], mapper: Any, pages: Any, ready: Any, reached: Any,
-                results: Any) -> None:
-    """A rebuild process: fold the pages of notifications it is sent (one share of the
-    aggregates), then, once the schema is ready, copy its rows and write their words; send back
-    what must be merged, or its error."""
+def _fold_share(admin: Database, events: sql.Composable, schema: str, head: int,
+                known_at: datetime | None, share: tuple[int, int], mapper: Any, ready: Any,
+                reached: Any, results: Any) -> None:
+    """A rebuild process: read and fold its share of the aggregates' events, then, once the
+    schema is ready, copy its rows and write their words; send back what must be merged, or its
+    error."""
     gc.disable()  # the process lives for one fold and copy (see collector_paused)
     try:
-        def received() -> Iterator[list[Notification]]:
-            while (page := pages.recv()) is not None:
-                yield page
-
         def progress(done: int, total: int) -> None:
             reached.value = done
 
-        folded = fold(decoded(mapper, received()), head, known_at, progress)
+        folded = fold(decoded(mapper, read_share(admin, events, 1, head, share)), head, known_at,
+                      progress)
         tables = folded.sink.rows()
         for table in SHARED:
             del tables[table]
@@ -262,8 +295,6 @@ def _fold_share(admin: Database, schema: str, head: int, known_at: datetime | No
             fill_words(cur, schema, share)
         results.send((counts, folded.sink.edges, folded.sink.cases, folded.positions,
                       folded.count))
-    except EOFError:
-        results.send("stopped: the rebuild was stopped")
     except BaseException as error:  # the parent raises it: a message pickles, an error may not
         results.send(f"{type(error).__name__}: {error}")
 
@@ -271,38 +302,38 @@ def _fold_share(admin: Database, schema: str, head: int, known_at: datetime | No
 def fold_in_processes(settings: Settings, app: Palimpsest, admin: Database, schema: str,
                       head: int, known_at: datetime | None, workers: int,
                       progress: Progress | None) -> tuple[dict[str, int], int]:
-    """The fold split by aggregate over ``workers`` forked processes. This one reads the log
-    once and hands each page's notifications to their processes, while a thread makes the fresh
-    schema; each process copies its own rows; then this one copies the gathered edges, cases and
-    positions and checks every table. An aggregate's events all go to one process and every row
-    but an edge or a case is its own aggregate's, so the shares never meet."""
+    """The fold split by aggregate over ``workers`` forked processes, each reading its share of
+    the log itself, while this one makes the fresh schema; each process copies its own rows;
+    then this one copies the gathered edges, cases and positions and checks every table. An
+    aggregate's events all go to one process and every row but an edge or a case is its own
+    aggregate's, so the shares never meet."""
     context = multiprocessing.get_context("fork")  # the code and tokenizer loaded once, shared
     ready = context.Event()
+    events = events_table(settings)
     children: list[_Child] = []
     try:
-        for part in range(workers):  # before this rebuild starts a thread
-            pages_in, pages_out = context.Pipe(duplex=False)
+        for part in range(workers):
             results_in, results_out = context.Pipe(duplex=False)
             reached = context.Value("q", 0, lock=False)
             process = context.Process(
                 target=_fold_share, name=f"rebuild-{part}", daemon=True,
-                args=(admin, schema, head, known_at, (part, workers), app.mapper, pages_in, ready,
+                args=(admin, events, schema, head, known_at, (part, workers), app.mapper, ready,
                       reached, results_out))
             process.start()
-            pages_in.close()
             results_out.close()
-            children.append(_Child(process, pages_out, results_in, reached))
+            children.append(_Child(process, results_in, reached))
 
         def report() -> None:
             if progress:
                 progress(min(child.reached.value for child in children), head)
 
-        with ThreadPoolExecutor(max_workers=1) as thread:
-            made = thread.submit(fresh_schema, settings, admin, schema)
-            _hand_out(read_pages(app, 1, head), children, report)
-            made.result()
+        fresh_schema(settings, admin, schema)
         ready.set()
         results = _gather(children, report)
+    except BaseException:
+        for child in children:  # no schema, or interrupted: the processes' work is lost anyway
+            child.process.terminate()
+        raise
     finally:
         for child in children:
             child.process.join(timeout=5)
@@ -313,28 +344,6 @@ def fold_in_processes(settings: Settings, app: Palimpsest, admin: Database, sche
     return _copy_gathered(admin, schema, head, results)
 
 
-def _hand_out(pages: Iterable[list[Notification]], children: list[_Child],
-              report: Callable[[], None]) -> None:
-    """Each page's notifications to the processes of their aggregates, then the end of the log;
-    if a process has stopped, the rest stop too (its error comes back with its results)."""
-    try:
-        for page in pages:
-            split: list[list[Notification]] = [[] for _ in children]
-            for notification in page:
-                split[share_of(notification.originator_id, len(children))].append(notification)
-            for child, notifications in zip(children, split, strict=True):
-                if notifications:
-                    child.pages.send(notifications)
-            report()
-        for child in children:
-            child.pages.send(None)
-    except (BrokenPipeError, ConnectionResetError):
-        pass
-    finally:
-        for child in children:  # a process still waiting for pages reads the end and stops
-            child.pages.close()
-
-
 def _gather(children: list[_Child], report: Callable[[], None]) -> list[Any]:
     """Every process's results, in share order; an error if any failed (the first cause, not
     the processes it stopped)."""
@@ -343,6 +352,11 @@ def _gather(children: list[_Child], report: Callable[[], None]) -> list[Any]:
         for part, child in enumerate(children):
             if part not in results and (child.results.poll() or not child.process.is_alive()):
                 results[part] = _result(child)
+        if any(isinstance(result, str) for result in results.values()):
+            for part, child in enumerate(children):  # the rebuild fails: stop the rest now
+                if part not in results:
+                    child.process.terminate()
+                    results[part] = "stopped: the rebuild was stopped"
         report()
         waiting = [c.results for p, c in enumerate(children) if p not in results]
         if waiting:
@@ -478,6 +492,31 @@ def read_ahead(app: Palimpsest, start: int, stop: int, size: int) -> Iterator[li
         reader.join(timeout=5)
 
 
+def build_indexes(admin: Database, schema: str, hnsw: bool, words: bool, connections: int
+                  ) -> None:
+    """The read models' indexes built over the copied rows (cheaper than maintaining them during
+    the copy), on ``connections`` connections at once, each taking the next statement left;
+    then the words index armed."""
+    left: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    for statement in index_statements(schema, hnsw):
+        left.put(statement)
+
+    def build() -> None:
+        with admin.connect(autocommit=True) as conn:
+            while True:
+                try:
+                    statement = left.get_nowait()
+                except queue.Empty:
+                    return
+                conn.execute(statement)
+
+    with ThreadPoolExecutor(max_workers=connections) as pool:
+        for built in [pool.submit(build) for _ in range(connections)]:
+            built.result()
+    with admin.connect(autocommit=True) as conn:
+        arm_words(conn, schema, words)
+
+
 def fresh_schema(settings: Settings, admin: Database, schema: str) -> None:
     """``schema`` dropped and made again, with only the keys of its tables."""
     with admin.connect(autocommit=True) as conn:
@@ -522,12 +561,12 @@ def _rebuild(settings: Settings, app: Palimpsest, admin: Database, target: str,
     else:
         with ThreadPoolExecutor(max_workers=1) as thread:  # the server makes the schema meanwhile
             schema = thread.submit(fresh_schema, settings, admin, target)
-            folded = fold(read_log(app, 1, head), head, known_at, progress)
+            folded = fold(decoded(app.mapper, read_share(admin, events_table(settings), 1, head)),
+                          head, known_at, progress)
             schema.result()
         rows, count = write_rows(admin, target, folded, head), folded.count
-    with admin.connect(autocommit=True) as conn:  # over the copied rows: cheaper than during
-        create_read_indexes(conn, target, hnsw=vector_index_enabled(settings),
-                            words=workers == 1)
+    build_indexes(admin, target, vector_index_enabled(settings), words=workers == 1,
+                  connections=workers)
     report = RebuildReport(target, count, head, time.perf_counter() - started, rows)
     if known_at is None and into is None:
         swap(admin, live, target)

@@ -262,28 +262,29 @@ $$;
 """
 
 #: Secondary indexes, created with the tables, or after a rebuild's bulk copy (building an index
-#: over loaded rows costs less than maintaining it row by row).
+#: over loaded rows costs less than maintaining it row by row). The costliest come first: a
+#: rebuild builds them over several connections, each taking the next one left.
 _INDEXES = """
-CREATE INDEX IF NOT EXISTS cards_current ON {s}.cards (tenant_id, kind, scope)
-    WHERE retracted_at IS NULL AND valid_to IS NULL;
-CREATE INDEX IF NOT EXISTS cards_slot ON {s}.cards (tenant_id, aggregate_id);
-CREATE INDEX IF NOT EXISTS cards_type ON {s}.cards (tenant_id, memory_type);
-CREATE INDEX IF NOT EXISTS cards_valid ON {s}.cards USING gist (tenant_id, valid);
-CREATE INDEX IF NOT EXISTS cards_occurred ON {s}.cards (tenant_id, occurred_at)
-    WHERE occurred_at IS NOT NULL;
--- The temporal route: what began (events: occurred) or ended inside a range.
-CREATE INDEX IF NOT EXISTS cards_valid_from ON {s}.cards (tenant_id, valid_from);
-CREATE INDEX IF NOT EXISTS cards_valid_to ON {s}.cards (tenant_id, valid_to)
-    WHERE valid_to IS NOT NULL;
--- Terms are looked up in ``card_terms``: no index on ``cards.terms``.
-DROP INDEX IF EXISTS {s}.cards_terms;
-CREATE INDEX IF NOT EXISTS cards_bigrams ON {s}.cards USING gin (bigrams);
-CREATE INDEX IF NOT EXISTS cards_trigrams ON {s}.cards USING gin (fuzzy_text gin_trgm_ops);
 CREATE INDEX IF NOT EXISTS card_versions_as_of ON {s}.card_versions
     USING gist (tenant_id, known, valid);
+CREATE INDEX IF NOT EXISTS cards_trigrams ON {s}.cards USING gin (fuzzy_text gin_trgm_ops);
+CREATE INDEX IF NOT EXISTS cards_valid ON {s}.cards USING gist (tenant_id, valid);
+CREATE INDEX IF NOT EXISTS cards_current ON {s}.cards (tenant_id, kind, scope)
+    WHERE retracted_at IS NULL AND valid_to IS NULL;
+CREATE INDEX IF NOT EXISTS cards_bigrams ON {s}.cards USING gin (bigrams);
+CREATE INDEX IF NOT EXISTS cards_slot ON {s}.cards (tenant_id, aggregate_id);
+CREATE INDEX IF NOT EXISTS cards_type ON {s}.cards (tenant_id, memory_type);
+-- The temporal route: what began (events: occurred) or ended inside a range.
+CREATE INDEX IF NOT EXISTS cards_valid_from ON {s}.cards (tenant_id, valid_from);
+CREATE INDEX IF NOT EXISTS cards_occurred ON {s}.cards (tenant_id, occurred_at)
+    WHERE occurred_at IS NOT NULL;
+CREATE INDEX IF NOT EXISTS cards_valid_to ON {s}.cards (tenant_id, valid_to)
+    WHERE valid_to IS NOT NULL;
 CREATE INDEX IF NOT EXISTS card_relations_dst ON {s}.card_relations (tenant_id, dst_id);
 CREATE INDEX IF NOT EXISTS arbitration_pending ON {s}.arbitration_queue (tenant_id)
     WHERE decision IS NULL;
+-- Terms are looked up in ``card_terms``: no index on ``cards.terms``.
+DROP INDEX IF EXISTS {s}.cards_terms
 """
 
 _POLICY = """
@@ -340,35 +341,55 @@ FROM {s}.cards c,
 WHERE {share}
 ORDER BY 1, 2, 3"""  # in the key's order: each insert lands at the index's right edge
 
-#: The rebuild process that folds an aggregate (``projections.replay.share_of``), in SQL.
-SHARE_OF = "get_byte(uuid_send(c.aggregate_id), 15) % {shares} = {part}"
+def in_share(column: str, share: tuple[int, int] | None) -> sql.Composable:
+    """Whether the aggregate in ``column`` is in ``share`` (part, of how many): the rebuild
+    process that folds it (``projections.replay.share_of``), in SQL; every row without a share."""
+    if share is None:
+        return sql.SQL("true")
+    part, shares = share
+    return sql.SQL("mod(get_byte(uuid_send({}), 15), {}) = {}").format(
+        sql.SQL(column), sql.Literal(shares), sql.Literal(part))
 
 
 def fill_words(cur: psycopg.Cursor[Any], schema: str, share: tuple[int, int] | None = None
                ) -> None:
     """The words of the cards in ``schema`` (of one rebuild share's aggregates, if given) written
     into ``card_terms`` in one statement: after a bulk copy, where the trigger is not armed yet."""
-    where = sql.SQL("true") if share is None else sql.SQL(SHARE_OF).format(
-        shares=sql.Literal(share[1]), part=sql.Literal(share[0]))
-    cur.execute(sql.SQL(_WORDS_FILL).format(s=sql.Identifier(schema), share=where))
+    cur.execute(sql.SQL(_WORDS_FILL).format(s=sql.Identifier(schema),
+                                            share=in_share("c.aggregate_id", share)))
 
 _WORDS_TRIGGER = """CREATE TRIGGER card_terms_sync AFTER INSERT OR UPDATE ON {s}.cards
     FOR EACH ROW EXECUTE FUNCTION {s}.card_terms_sync()"""
 
 
-def create_read_indexes(conn: psycopg.Connection[Any], schema: str, hnsw: bool = True,
-                        words: bool = True) -> None:
-    """The secondary indexes of the read models in ``schema`` (idempotent); the HNSW index of
-    the embeddings with ``hnsw``; and the words index's trigger: when it is not there yet, the
-    words of the cards already stored are written in one statement first (after a rebuild's
-    copy, or on a schema made before the words index), unless ``words`` is false (the rebuild's
-    processes wrote them with their copies)."""
+def index_statements(schema: str, hnsw: bool = True) -> list[sql.Composed]:
+    """The secondary indexes of the read models in ``schema``, one statement each, the costliest
+    first (idempotent); the HNSW index of the embeddings, first, with ``hnsw``."""
     names = {"s": sql.Identifier(schema)}
-    conn.execute(sql.SQL(_INDEXES).format(**names))
+    statements = [sql.SQL(statement.strip()).format(**names)
+                  for statement in _INDEXES.split(";")]
     if hnsw:
-        conn.execute(sql.SQL(
+        statements.insert(0, sql.SQL(
             "CREATE INDEX IF NOT EXISTS card_embeddings_hnsw ON {s}.card_embeddings "
             "USING hnsw (embedding vector_cosine_ops)").format(**names))
+    return statements
+
+
+def create_read_indexes(conn: psycopg.Connection[Any], schema: str, hnsw: bool = True,
+                        words: bool = True) -> None:
+    """The secondary indexes of the read models in ``schema`` (see :func:`index_statements`),
+    then the words index armed (:func:`arm_words`)."""
+    for statement in index_statements(schema, hnsw):
+        conn.execute(statement)
+    arm_words(conn, schema, words)
+
+
+def arm_words(conn: psycopg.Connection[Any], schema: str, words: bool = True) -> None:
+    """The words index's trigger: when it is not there yet, the words of the cards already
+    stored are written in one statement first (after a rebuild's copy, or on a schema made
+    before the words index), unless ``words`` is false (the rebuild's processes wrote them with
+    their copies)."""
+    names = {"s": sql.Identifier(schema)}
     armed = conn.execute("SELECT 1 FROM pg_trigger WHERE tgname = 'card_terms_sync' AND tgrelid = "
                          "to_regclass(%s)", (f"{sql.Identifier(schema).as_string(conn)}.cards",)).fetchone()
     if not armed:

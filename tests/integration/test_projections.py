@@ -32,13 +32,16 @@ from projections.projector import (
 )
 from projections.replay import (
     catch_up,
+    events_table,
     make_projector,
     read_ahead,
     read_log,
+    read_pages,
+    read_share,
     rebuild,
     share_of,
 )
-from projections.schema import SHARE_OF
+from projections.schema import in_share
 from projections.sinks import array_literal, range_literal
 from services.commands import Arbitrate, Remember, Verify
 from services.demo import SimulatedClock, run_demo
@@ -333,6 +336,18 @@ class TestRebuild:
             rebuild(pg_settings, app, into="palimpsest_read_failed", workers=2)
         assert multiprocessing.active_children() == [], "no rebuild process is left behind"
 
+    def test_a_schema_that_cannot_be_made_stops_the_rebuild_processes(  # type: ignore[no-untyped-def]
+            self, pg_settings, app, monkeypatch) -> None:
+        app.remember(new_tenant(), state("address", "Taipei"))
+
+        def refused(*args: Any) -> None:
+            raise OSError("no space left on device")
+
+        monkeypatch.setattr(replay_module, "fresh_schema", refused)
+        with pytest.raises(OSError, match="no space left"):
+            rebuild(pg_settings, app, into="palimpsest_read_unmade", workers=2)
+        assert multiprocessing.active_children() == [], "no rebuild process is left behind"
+
     def test_the_command_line_rebuilds_with_the_processes_asked_for(self, pg_settings, app,
                                                                      admin_db) -> None:
         tenant = new_tenant()
@@ -367,12 +382,28 @@ class TestRebuild:
         ids = [uuid.uuid4() for _ in range(200)]
         with admin_db.connect() as conn:
             for shares in (2, 3, 4):
-                in_sql = [conn.execute(sql.SQL("SELECT {}").format(sql.SQL(
-                    SHARE_OF.replace("c.aggregate_id", "{id}::uuid")).format(
-                    id=sql.Literal(str(i)), shares=sql.Literal(shares),
-                    part=sql.Literal(share_of(i, shares))))).fetchone()[0] for i in ids]
+                in_sql = [conn.execute(sql.SQL("SELECT {}").format(in_share(
+                    f"'{i}'::uuid", (share_of(i, shares), shares)))).fetchone()[0] for i in ids]
                 assert all(in_sql), f"{shares} shares"
         assert {share_of(i, 3) for i in ids} == {0, 1, 2}
+
+    def test_the_shares_of_the_log_split_it_by_aggregate(  # type: ignore[no-untyped-def]
+            self, pg_settings, app, admin_db, monkeypatch) -> None:
+        monkeypatch.setattr(replay_module, "PAGE", 5)  # many pages
+        tenant = new_tenant()
+        for n in range(12):
+            app.remember(tenant, state("skills", f"skill {n}"))
+            app.remember(tenant, Remember(kind="event", memory_type="event", content=f"met {n}"))
+        head = app.recorder.max_notification_id() or 0
+        logged = [n for page in read_pages(app, 1, head) for n in page]
+        events = events_table(pg_settings)
+        assert [n for page in read_share(admin_db, events, 1, head) for n in page] == logged
+        shares = [[n for page in read_share(admin_db, events, 1, head, (part, 3)) for n in page]
+                  for part in range(3)]
+        for part, share in enumerate(shares):
+            assert [n.id for n in share] == sorted(n.id for n in share), "in log order"
+            assert {share_of(n.originator_id, 3) for n in share} <= {part}
+        assert sorted((n for share in shares for n in share), key=lambda n: n.id) == logged
 
     def test_copied_literals_read_back_as_the_values(self, admin_db) -> None:
         items = ["plain", 'a "quoted" word', "back\\slash", "comma, brace {}", "", "NULL", "資料庫"]
