@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import faust
@@ -75,6 +76,7 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
         "palimpsest-projector",
         broker=f"kafka://{bootstrap}",
         store="memory://",
+        datadir=str(Path(settings.data_dir).resolve() / "faust"),  # not the working directory
         web_enabled=False,
         topic_partitions=settings.kafka_partitions,
         consumer_auto_offset_reset="earliest",

@@ -17,7 +17,8 @@ the cache directory (:func:`cache_dir`), so later processes load it in ≈0.5 s.
 :data:`domain.rules.tags.SYNONYMS` (``数据库`` …) are added to the tokenizer so they stay whole.
 Every other run of letters and digits is a lower-cased word (``node.js``, ``c++``, ``c#`` and
 ``max_tags`` stay whole; ``long-term`` is two words). Punctuation, whitespace and a small set of
-stop words (:data:`STOP_WORDS`: 的 了 是 …, the a of …) are dropped.
+stop words (:data:`STOP_WORDS`: 的 了 是 …, the a of …, and the question words 什么 哪里 …,
+what where …) are dropped.
 
 **Fuzzy** (:func:`fold`, :func:`cjk_bigrams`, :func:`bigram_similarity`). Character level, no
 segmentation: pg_trgm trigrams over :func:`fold` ed text for Latin, and CJK character bigrams
@@ -65,14 +66,21 @@ _STOP_WORDS = """
     的 地 得 了 着 过 是 在 和 与 及 或 而 也 都 就 又 还 把 被 给 对 从 向 于 以 为 之 其
     吗 呢 吧 啊 呀 嘛 哦 这 那 这个 那个 这些 那些 个 些 有 没 没有 不 很 太
     我 你 您 他 她 它 我们 你们 他们 她们 它们 自己
+    什么 什么时候 什么样 甚么 甚么时候 甚么样 怎么 怎样 怎么样 为什么 为何 如何
+    谁 哪 哪里 哪儿 哪些 哪个 多少 几
     a an the of and or but nor to in on at by for with from as into onto over about than then
     is am are was were be been being do does did done has have had having
     it its this that these those there here i me my we our you your he him his she her
     they them their what which who whom whose when where why how
     will would can could shall should might must not no so if also just very
 """
-#: Dropped from tokens, compared after folding (lower case, Simplified).
+#: Dropped from tokens, compared after folding (lower case, Simplified). The question words are
+#: dropped in both languages (what / 什么, where / 哪里 …): they say what is asked, not about what.
 STOP_WORDS: frozenset[str] = frozenset(_STOP_WORDS.split())
+#: Common words the Traditional dictionary lacks, which it would cut into characters (什麼 → 什 / 麼):
+#: added to the tokenizer, like the synonyms' words, so they stay whole.
+MISSING_WORDS = ("什么", "什么时候", "什么样", "甚么", "甚么时候", "甚么样", "哪些", "哪个", "多少",
+                 "怎么样")
 
 #: Texts whose folding, terms and bigrams are kept (a card's text is projected again on every
 #: replay, and the same values recur across cards: cities, skills, tags).
@@ -356,7 +364,8 @@ def _jieba() -> Any:
             tokenizer.FREQ, tokenizer.total = _prefix_dictionary(source, Path(tokenizer.tmp_dir))
             tokenizer.initialized = True
             # Sorted: each add_word changes the total the next one's frequency is suggested from.
-            for word in sorted({_t2s()(w) for pair in SYNONYMS.items() for w in pair}):
+            synonyms = {_t2s()(w) for pair in SYNONYMS.items() for w in pair}
+            for word in sorted(synonyms | set(MISSING_WORDS)):
                 if re.fullmatch(f"[{_HAN}]+", word):
                     tokenizer.add_word(word)  # frequency suggested so the word stays whole
             _tokenizer = tokenizer

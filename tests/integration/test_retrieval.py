@@ -258,6 +258,30 @@ def test_fuzzy_needs_two_shared_bigrams_when_the_question_has_two(pg_settings, a
     assert {c.card_id for c in one.results} == {workshop, studio}, one.diagnostics.routes["fuzzy"]
 
 
+def test_a_question_word_finds_no_card_by_itself(pg_settings, admin_db) -> None:
+    """什麼 asks; it is not what the question is about, any more than "what" is."""
+    clock, tenant = Clock(), new_tenant()
+    app = create_app(pg_settings, clock=clock)
+    try:
+        dinner = app.remember(tenant, Remember(kind="event", memory_type="event", occurred_at=clock.now,
+                                               content="還沒決定晚餐要吃什麼")).card_id
+        review = app.remember(tenant, Remember(kind="event", memory_type="event", occurred_at=clock.now,
+                                               content="和 Emma 做 code review")).card_id
+        project_log(pg_settings, app, admin=admin_db)
+    finally:
+        app.close()
+    queries = create_queries(pg_settings, clock)
+    try:
+        queries.retriever.routes = [r for r in queries.retriever.routes if r.name == "tags"]
+        asked = queries.search(tenant, "我和 Emma 做了什麼")
+        food = queries.search(tenant, "晚餐吃什麼")
+    finally:
+        queries.close()
+    assert [c.card_id for c in asked.results] == [review], asked.diagnostics.routes["tags"]
+    assert [c.card_id for c in food.results] == [dinner], food.diagnostics.routes["tags"]
+    assert "什" not in (asked.diagnostics.routes["tags"].detail or "")
+
+
 def test_a_write_not_yet_projected_replaces_what_it_supersedes(world) -> None:
     app, queries, clock, tenant, _, ids = world
     command = state("address", "Tainan")

@@ -4,6 +4,7 @@ the projector and PostgreSQL real."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -63,6 +64,8 @@ def test_agent_projects_relayed_messages(parts, pg_settings) -> None:
     assert reads.wait_for(tenant, written[-1].position, timeout=5).fresh
     assert sorted(c.content for c in reads.current(tenant)) == ["Python", "SQL"]
     assert outcome.poisoned is None
+    data = Path(pg_settings.data_dir).resolve()
+    assert data in Path(worker.conf.datadir).resolve().parents, "Faust keeps its files in ours"
 
 
 def test_a_message_of_many_events_goes_in_transactions_of_projector_batch(

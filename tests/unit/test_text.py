@@ -67,6 +67,16 @@ def test_stop_words_punctuation_and_spaces_are_dropped() -> None:
     assert tokenize("") == [] and terms("") == ()
 
 
+def test_question_words_are_dropped_in_both_languages_and_both_scripts() -> None:
+    assert tokenize("我喜歡吃什麼") == ["喜歡", "吃"]  # not 什 / 麼: the dictionary lacks 什麼
+    assert tokenize("我喜欢吃什么") == ["喜欢", "吃"]
+    assert tokenize("甚麼時候上線") == ["上線"]
+    assert tokenize("上週做了哪些事") == ["上週", "做", "事"]
+    assert tokenize("誰負責前端？為什麼要重構？") == ["負責", "前端", "要", "重構"]
+    assert tokenize("什麼樣的工作") == ["工作"]
+    assert tokenize("who works on the frontend and why") == ["works", "frontend"]
+
+
 def test_latin_words() -> None:
     assert tokenize("Node.js, C++ and C# in max_tags; long-term") == [
         "node.js", "c++", "c#", "max_tags", "long", "term",
