@@ -11,7 +11,7 @@ from typing import Any
 from infra.locale_check import check_cjk_support
 from infra.postgres import Database, admin_database, bootstrap, projector_database
 from infra.settings import Settings
-from projections.embeddings import EmbeddingProjection
+from projections.embeddings import EmbeddingProjection, Lease
 from projections.faust_app import POISON_EXIT, Outcome, create_faust_app
 from projections.projector import ProjectionError
 from projections.replay import catch_up, make_projector
@@ -22,14 +22,28 @@ log = logging.getLogger(__name__)
 
 
 def embedding_loop(projection: EmbeddingProjection, stop: threading.Event,
-                   idle: float = 0.5) -> None:
-    while not stop.is_set():
-        try:
-            if projection.embed_pending() == 0:
-                stop.wait(idle)
-        except Exception:  # a model or database hiccup: log it, retry after a pause
-            log.exception("embedding projection failed; retrying")
-            stop.wait(5.0)
+                   idle: float = 0.5, lease: Lease | None = None) -> None:
+    """Embed what is pending until ``stop``; with ``lease``, only while this process holds it
+    (several projector processes share the read models: one embeds, the others stand by)."""
+    try:
+        while not stop.is_set():
+            try:
+                if lease is not None and not lease.held():
+                    stop.wait(idle * 4)
+                elif projection.embed_pending() == 0:
+                    stop.wait(idle)
+            except Exception:  # a model or database hiccup: log it, retry after a pause
+                log.exception("embedding projection failed; retrying")
+                stop.wait(5.0)
+    finally:
+        if lease is not None:
+            lease.release()
+
+
+def embedding_lease(settings: Settings, admin: Database | None = None) -> Lease:
+    """The lease of embedding the read models in ``settings.read_schema``: one process at a time."""
+    db = projector_database(admin or admin_database(settings), settings)
+    return Lease(db.connect, f"palimpsest embeddings {settings.read_schema}")
 
 
 def embedding_projection(settings: Settings, admin: Database | None = None) -> EmbeddingProjection:
@@ -43,7 +57,8 @@ def embedding_projection(settings: Settings, admin: Database | None = None) -> E
 
 def start_embeddings(settings: Settings, stop: threading.Event) -> threading.Thread:
     projection = embedding_projection(settings)
-    thread = threading.Thread(target=embedding_loop, args=(projection, stop), daemon=True,
+    thread = threading.Thread(target=embedding_loop, args=(projection, stop),
+                              kwargs={"lease": embedding_lease(settings)}, daemon=True,
                               name="embeddings")
     thread.start()
     return thread
