@@ -84,6 +84,7 @@ class Lease:
         self.connect = connect
         self.name = name
         self._conn: psycopg.Connection[Any] | None = None
+        self._standing_by = False
 
     def held(self) -> bool:
         """Whether this process holds the lease, taking it if it is free."""
@@ -102,11 +103,14 @@ class Lease:
             log.warning("lease %r: cannot reach the database: %s", self.name, error)
             row = None
         if row and row[0]:
-            self._conn = conn
+            self._conn, self._standing_by = conn, False
             log.info("lease %r taken", self.name)
             return True
         if conn is not None:
             conn.close()
+        if not self._standing_by:
+            self._standing_by = True
+            log.info("lease %r is held by another process: standing by", self.name)
         return False
 
     def release(self) -> None:

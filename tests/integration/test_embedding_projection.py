@@ -3,6 +3,7 @@ models, and one of them at a time embeds (the lease), another taking over when i
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -66,7 +67,9 @@ def unembedded(admin_db: Database, model: str) -> int:
 
 
 def test_one_process_embeds_while_another_stands_by_then_takes_over(
-        pg_settings: Settings, admin_db: Database, app: Palimpsest) -> None:
+        pg_settings: Settings, admin_db: Database, app: Palimpsest,
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="projections.embeddings")
     tenant = new_tenant()
     for city in ("Taipei", "Kyoto"):
         app.remember(tenant, state("address", city))
@@ -87,6 +90,7 @@ def test_one_process_embeds_while_another_stands_by_then_takes_over(
         wait_until(lambda: unembedded(admin_db, model) == 0)
         time.sleep(0.5)  # time enough for the second to embed, would it not stand by
         assert first.calls and not second.calls, "only the lease holder embeds"
+        assert "held by another process: standing by" in caplog.text
 
         stops[0].set()  # the holder stops: its connection, and with it the lease, go
         loops[0].join(timeout=10)
