@@ -11,7 +11,9 @@ then reports, all in one run so the figures share the machine's load:
   with the tokenizer loaded beforehand (its load time is printed on its own);
 - incremental catch-up from the log (the projector's PostgreSQL sink, no Kafka): the baseline;
 - beside those two, the CPU time this process spent (the server's is not counted): on a shared
-  machine it moves less than the wall-clock rates;
+  machine it moves less than the wall-clock rates; and the whole machine's CPU time over the
+  step (every process, the server's included; from ``/proc/stat``), with the share of its cores
+  that was: near 100 %, a faster rate needs less CPU per event, not more processes;
 - relay: the log published to Kafka, events/s;
 - Faust: a projector process consuming that topic into a fresh schema, events/s from its first
   to its last applied event (group join excluded), and the CPU time that process spent meanwhile;
@@ -127,6 +129,26 @@ def cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_seconds() -> float:
+    """CPU time the whole machine has spent (every process, the database server's included),
+    from ``/proc/stat`` (0 where there is none): beside a wall time, how much of the machine a
+    step used — a rate on a machine whose cores are all busy grows only with less CPU per event."""
+    try:
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+    except OSError:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[:7])
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def machine_share(cpu: float, seconds: float) -> str:
+    """``2.61 s of the machine's CPU (71 % of its 2 cores)``."""
+    cores = os.cpu_count() or 1
+    if not cpu or not seconds:
+        return "the machine's CPU is not known here"
+    return f"{cpu:.2f} s of the machine's CPU ({cpu / seconds / cores:.0%} of its {cores} cores)"
 
 
 def faust_throughput(settings: Settings, app: Palimpsest, head: int, folder: Path,
@@ -271,19 +293,23 @@ def main() -> None:
         warm_up()  # a fixed cost of any process that projects, not a rate: reported on its own
         print(f"tokenizer        {time.perf_counter() - started:>9.2f} s to load (before the replay)")
         for workers in dict.fromkeys((1, settings.rebuild_workers)):  # one process first: the baseline
-            cpu = time.process_time()
+            cpu, machine, started = time.process_time(), machine_cpu_seconds(), time.perf_counter()
             report = rebuild(settings, app, into="bench_replay", workers=workers)
+            used = machine_cpu_seconds() - machine
             print(f"replay ×{workers:<9} {report.rate:>9,.0f} events/s  ({report.events} events, "
                   f"{report.seconds:.2f} s, fold + COPY + indexes + check; "
-                  f"{time.process_time() - cpu:.2f} s CPU in this process)")
+                  f"{time.process_time() - cpu:.2f} s CPU in this process, "
+                  f"{machine_share(used, time.perf_counter() - started)})")
         fresh_schema(settings, "bench_catchup")
         projector = make_projector(settings, app, schema="bench_catchup")
-        started, cpu = time.perf_counter(), time.process_time()
+        started, cpu, machine = time.perf_counter(), time.process_time(), machine_cpu_seconds()
         applied = catch_up(projector, app, batch=settings.projector_batch)
-        baseline = applied / (time.perf_counter() - started)
+        seconds = time.perf_counter() - started
+        baseline = applied / seconds
         projector.close()
         print(f"catch-up         {baseline:>9,.0f} events/s  (incremental sink, no Kafka: baseline; "
-              f"{time.process_time() - cpu:.2f} s CPU in this process)")
+              f"{time.process_time() - cpu:.2f} s CPU in this process, "
+              f"{machine_share(machine_cpu_seconds() - machine, seconds)})")
         faust = faust_throughput(settings, app, head, folder, args.projectors)
         print(f"Faust projector  {faust:>9,.0f} events/s  ({faust / baseline:.2f}× the baseline, "
               f"{args.projectors} process(es) in one consumer group)")
