@@ -233,50 +233,41 @@ def test_loading_grows_until_the_rest_cannot_reach_the_top(pg_settings, admin_db
     assert lean.diagnostics.candidates_loaded == 16, lean.diagnostics
 
 
-def test_fuzzy_needs_two_shared_bigrams_when_the_question_has_two(pg_settings, admin_db) -> None:
-    """One shared character pair is chance: 工作 sits in 工作室 as in 工作坊. A question of one
-    pair matches it alone."""
+def one_route_over_events(pg_settings: Settings, admin_db: Database, route: str,
+                          contents: list[str], questions: list[str]) -> tuple[list[Any], list[Any]]:
+    """A fresh tenant's event cards of ``contents``, projected; each question's answer by
+    ``route`` alone."""
     clock, tenant = Clock(), new_tenant()
     app = create_app(pg_settings, clock=clock)
     try:
-        workshop = app.remember(tenant, Remember(kind="event", memory_type="event", occurred_at=clock.now,
-                                                 content="週末 監控告警工作坊")).card_id
-        studio = app.remember(tenant, Remember(kind="event", memory_type="event", occurred_at=clock.now,
-                                               content="週末 兼職工作室")).card_id
+        ids = [app.remember(tenant, Remember(kind="event", memory_type="event", occurred_at=clock.now,
+                                             content=content)).card_id for content in contents]
         project_log(pg_settings, app, admin=admin_db)
     finally:
         app.close()
     queries = create_queries(pg_settings, clock)
     try:
-        queries.retriever.routes = [r for r in queries.retriever.routes if r.name == "fuzzy"]
-        # neither 工作 nor 作坊 is a word of either card (工作坊, 工作室 are): both go to fuzzy
-        two = queries.search(tenant, "工作 作坊")
-        one = queries.search(tenant, "工作")
+        queries.retriever.routes = [r for r in queries.retriever.routes if r.name == route]
+        return ids, [queries.search(tenant, question) for question in questions]
     finally:
         queries.close()
+
+
+def test_fuzzy_needs_two_shared_bigrams_when_the_question_has_two(pg_settings, admin_db) -> None:
+    """One shared character pair is chance: 工作 sits in 工作室 as in 工作坊. A question of one
+    pair matches it alone."""
+    # neither 工作 nor 作坊 is a word of either card (工作坊, 工作室 are): both go to fuzzy
+    (workshop, studio), (two, one) = one_route_over_events(
+        pg_settings, admin_db, "fuzzy", ["週末 監控告警工作坊", "週末 兼職工作室"], ["工作 作坊", "工作"])
     assert [c.card_id for c in two.results] == [workshop], two.diagnostics.routes["fuzzy"]
     assert {c.card_id for c in one.results} == {workshop, studio}, one.diagnostics.routes["fuzzy"]
 
 
 def test_a_question_word_finds_no_card_by_itself(pg_settings, admin_db) -> None:
     """什麼 asks; it is not what the question is about, any more than "what" is."""
-    clock, tenant = Clock(), new_tenant()
-    app = create_app(pg_settings, clock=clock)
-    try:
-        dinner = app.remember(tenant, Remember(kind="event", memory_type="event", occurred_at=clock.now,
-                                               content="還沒決定晚餐要吃什麼")).card_id
-        review = app.remember(tenant, Remember(kind="event", memory_type="event", occurred_at=clock.now,
-                                               content="和 Emma 做 code review")).card_id
-        project_log(pg_settings, app, admin=admin_db)
-    finally:
-        app.close()
-    queries = create_queries(pg_settings, clock)
-    try:
-        queries.retriever.routes = [r for r in queries.retriever.routes if r.name == "tags"]
-        asked = queries.search(tenant, "我和 Emma 做了什麼")
-        food = queries.search(tenant, "晚餐吃什麼")
-    finally:
-        queries.close()
+    (dinner, review), (asked, food) = one_route_over_events(
+        pg_settings, admin_db, "tags", ["還沒決定晚餐要吃什麼", "和 Emma 做 code review"],
+        ["我和 Emma 做了什麼", "晚餐吃什麼"])
     assert [c.card_id for c in asked.results] == [review], asked.diagnostics.routes["tags"]
     assert [c.card_id for c in food.results] == [dinner], food.diagnostics.routes["tags"]
     assert "什" not in (asked.diagnostics.routes["tags"].detail or "")
