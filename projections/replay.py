@@ -58,6 +58,7 @@ from projections.schema import (
     index_statements,
 )
 from projections.sinks import ARRAYS, MemorySink, array_literal, range_literal
+from projections.text import warm_up
 from services.memory import Palimpsest
 
 log = logging.getLogger(__name__)
@@ -307,7 +308,8 @@ def fold_in_processes(settings: Settings, app: Palimpsest, admin: Database, sche
     then this one copies the gathered edges, cases and positions and checks every table. An
     aggregate's events all go to one process and every row but an edge or a case is its own
     aggregate's, so the shares never meet."""
-    context = multiprocessing.get_context("fork")  # the code and tokenizer loaded once, shared
+    warm_up()  # loaded once here, then shared by the forked processes (each would load its own)
+    context = multiprocessing.get_context("fork")
     ready = context.Event()
     events = events_table(settings)
     children: list[_Child] = []
