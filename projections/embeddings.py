@@ -8,7 +8,6 @@ does not pay twice) and written tenant by tenant.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 from itertools import groupby
@@ -74,47 +73,3 @@ class EmbeddingProjection:
 def _literal(vector: list[float]) -> str:
     return "[" + ",".join(map(repr, vector)) + "]"
 
-
-class Lease:
-    """Which of several processes does a job: the one holding a session advisory lock named
-    ``name`` on a connection of its own. The lock goes with that connection, so when the holder
-    stops or dies (or its connection breaks) another process takes the lease at its next try."""
-
-    def __init__(self, connect: Callable[..., psycopg.Connection[Any]], name: str) -> None:
-        self.connect = connect
-        self.name = name
-        self._conn: psycopg.Connection[Any] | None = None
-        self._standing_by = False
-
-    def held(self) -> bool:
-        """Whether this process holds the lease, taking it if it is free."""
-        if self._conn is not None:
-            try:
-                self._conn.execute("SELECT 1")  # the lock lives as long as this connection
-                return True
-            except psycopg.Error:
-                self.release()
-        conn = None
-        try:
-            conn = self.connect(autocommit=True)
-            row = conn.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
-                               (self.name,)).fetchone()
-        except psycopg.Error as error:
-            log.warning("lease %r: cannot reach the database: %s", self.name, error)
-            row = None
-        if row and row[0]:
-            self._conn, self._standing_by = conn, False
-            log.info("lease %r taken", self.name)
-            return True
-        if conn is not None:
-            conn.close()
-        if not self._standing_by:
-            self._standing_by = True
-            log.info("lease %r is held by another process: standing by", self.name)
-        return False
-
-    def release(self) -> None:
-        if self._conn is not None:
-            with contextlib.suppress(psycopg.Error):
-                self._conn.close()
-            self._conn = None

@@ -29,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, cast
@@ -40,8 +40,8 @@ from psycopg import sql
 from psycopg.rows import tuple_row
 
 from infra.postgres import (
-    EVENTS_TABLE,
     Database,
+    Lease,
     admin_database,
     projector_database,
     vector_index_enabled,
@@ -82,34 +82,24 @@ class RebuildReport:
         return self.events / self.seconds if self.seconds else 0.0
 
 
-def read_pages(app: Palimpsest, start: int, stop: int) -> Iterator[list[Notification]]:
-    """The stored notifications in ``[start, stop]``, page by page, in log order."""
-    position = start
-    while position <= stop:
-        page = app.recorder.select_notifications(start=position, limit=PAGE, stop=stop)
-        if not page:
-            return
-        yield list(page)
-        position = page[-1].id + 1
+def events_table(recorder: Any) -> sql.Composable:
+    """The event store's table, as ``recorder`` (the application's) names it."""
+    return sql.SQL("{}.{}").format(sql.Identifier(recorder.datastore.schema or "public"),
+                                   sql.Identifier(recorder.events_table_name))
 
 
-def events_table(settings: Settings) -> sql.Composable:
-    return sql.SQL("{}.{}").format(sql.Identifier(settings.event_schema),
-                                   sql.Identifier(EVENTS_TABLE))
-
-
-_SHARE_PAGE = """SELECT notification_id, originator_id, originator_version, topic, state
+_PAGE = """SELECT notification_id, originator_id, originator_version, topic, state
 FROM {events} WHERE notification_id BETWEEN %s AND %s AND {share}
 ORDER BY notification_id LIMIT %s"""
 
 
-def read_share(admin: Database, events: sql.Composable, start: int, stop: int,
-               share: tuple[int, int] | None = None) -> Iterator[list[Notification]]:
-    """The stored notifications in ``[start, stop]`` of one share of the aggregates (all, without
-    ``share``), page by page, in log order: read in binary, in one transaction."""
-    query = sql.SQL(_SHARE_PAGE).format(events=events,
-                                         share=in_share("originator_id", share))
-    with admin.connect() as conn, conn.cursor(binary=True, row_factory=tuple_row) as cur:
+def read_pages(connect: Callable[[], AbstractContextManager[Any]], events: sql.Composable,
+               start: int, stop: int, share: tuple[int, int] | None = None
+               ) -> Iterator[list[Notification]]:
+    """The stored notifications in ``[start, stop]`` (of one share of the aggregates, if given),
+    page by page, in log order: read in binary, on one connection from ``connect``."""
+    query = sql.SQL(_PAGE).format(events=events, share=in_share("originator_id", share))
+    with connect() as conn, conn.cursor(binary=True, row_factory=tuple_row) as cur:
         position = start
         while position <= stop:
             rows = cur.execute(query, (position, stop, PAGE), prepare=True).fetchall()
@@ -135,7 +125,9 @@ def decoded(mapper: Any, pages: Iterable[list[Notification]]) -> Iterator[Delive
 
 def read_log(app: Palimpsest, start: int, stop: int) -> Iterator[Delivered]:
     """Every notification in ``[start, stop]``, decoded, in log order."""
-    return decoded(app.mapper, read_pages(app, start, stop))
+    recorder: Any = app.recorder  # eventsourcing's PostgreSQL recorder: its pool and table
+    return decoded(app.mapper, read_pages(recorder.datastore.get_connection,
+                                          events_table(recorder), start, stop))
 
 
 @contextmanager
@@ -283,8 +275,8 @@ def _fold_share(admin: Database, events: sql.Composable, schema: str, head: int,
         def progress(done: int, total: int) -> None:
             reached.value = done
 
-        folded = fold(decoded(mapper, read_share(admin, events, 1, head, share)), head, known_at,
-                      progress)
+        folded = fold(decoded(mapper, read_pages(admin.connect, events, 1, head, share)), head,
+                      known_at, progress)
         tables = folded.sink.rows()
         for table in SHARED:
             del tables[table]
@@ -311,7 +303,7 @@ def fold_in_processes(settings: Settings, app: Palimpsest, admin: Database, sche
     warm_up()  # loaded once here, then shared by the forked processes (each would load its own)
     context = multiprocessing.get_context("fork")
     ready = context.Event()
-    events = events_table(settings)
+    events = events_table(app.recorder)
     children: list[_Child] = []
     try:
         for part in range(workers):
@@ -542,13 +534,14 @@ def rebuild(settings: Settings, app: Palimpsest, *, known_at: datetime | None = 
     workers = workers or settings.rebuild_workers
     if "fork" not in multiprocessing.get_all_start_methods():
         workers = 1  # the processes share this one's loaded code and tokenizer by forking
-    with admin.connect(autocommit=True) as guard:  # held to the end: one rebuild per schema
-        taken = guard.execute("SELECT pg_try_advisory_lock(hashtextextended(%s, 0))",
-                              (f"palimpsest rebuild {target}",)).fetchone()
-        if not (taken and taken[0]):
-            raise ProjectionError(f"a rebuild into {target} is already running: wait for it, "
-                                  "or rebuild --into another schema")
+    lease = Lease(admin.connect, f"palimpsest rebuild {target}")  # one rebuild per schema
+    if not lease.held():
+        raise ProjectionError(f"a rebuild into {target} is already running: wait for it, "
+                              "or rebuild --into another schema")
+    try:
         return _rebuild(settings, app, admin, target, known_at, into, progress, workers)
+    finally:
+        lease.release()
 
 
 def _rebuild(settings: Settings, app: Palimpsest, admin: Database, target: str,
@@ -563,8 +556,7 @@ def _rebuild(settings: Settings, app: Palimpsest, admin: Database, target: str,
     else:
         with ThreadPoolExecutor(max_workers=1) as thread:  # the server makes the schema meanwhile
             schema = thread.submit(fresh_schema, settings, admin, target)
-            folded = fold(decoded(app.mapper, read_share(admin, events_table(settings), 1, head)),
-                          head, known_at, progress)
+            folded = fold(read_log(app, 1, head), head, known_at, progress)
             schema.result()
         rows, count = write_rows(admin, target, folded, head), folded.count
     build_indexes(admin, target, vector_index_enabled(settings), words=workers == 1,

@@ -9,9 +9,9 @@ import threading
 from typing import Any
 
 from infra.locale_check import check_cjk_support
-from infra.postgres import Database, admin_database, bootstrap, projector_database
+from infra.postgres import Database, Lease, admin_database, bootstrap, projector_database
 from infra.settings import Settings
-from projections.embeddings import EmbeddingProjection, Lease
+from projections.embeddings import EmbeddingProjection
 from projections.faust_app import POISON_EXIT, Outcome, create_faust_app
 from projections.projector import ProjectionError
 from projections.replay import catch_up, make_projector
@@ -25,12 +25,18 @@ def embedding_loop(projection: EmbeddingProjection, stop: threading.Event,
                    idle: float = 0.5, lease: Lease | None = None) -> None:
     """Embed what is pending until ``stop``; with ``lease``, only while this process holds it
     (several projector processes share the read models: one embeds, the others stand by)."""
+    standing_by = False
     try:
         while not stop.is_set():
             try:
                 if lease is not None and not lease.held():
+                    if not standing_by:
+                        log.info("lease %r is held by another process: standing by", lease.name)
+                    standing_by = True
                     stop.wait(idle * 4)
-                elif projection.embed_pending() == 0:
+                    continue
+                standing_by = False
+                if projection.embed_pending() == 0:
                     stop.wait(idle)
             except Exception:  # a model or database hiccup: log it, retry after a pause
                 log.exception("embedding projection failed; retrying")

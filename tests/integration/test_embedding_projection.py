@@ -69,7 +69,7 @@ def unembedded(admin_db: Database, model: str) -> int:
 def test_one_process_embeds_while_another_stands_by_then_takes_over(
         pg_settings: Settings, admin_db: Database, app: Palimpsest,
         caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.INFO, logger="projections.embeddings")
+    caplog.set_level(logging.INFO, logger="projections.worker")
     tenant = new_tenant()
     for city in ("Taipei", "Kyoto"):
         app.remember(tenant, state("address", city))

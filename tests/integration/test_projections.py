@@ -37,7 +37,6 @@ from projections.replay import (
     read_ahead,
     read_log,
     read_pages,
-    read_share,
     rebuild,
     share_of,
 )
@@ -388,18 +387,18 @@ class TestRebuild:
         assert {share_of(i, 3) for i in ids} == {0, 1, 2}
 
     def test_the_shares_of_the_log_split_it_by_aggregate(  # type: ignore[no-untyped-def]
-            self, pg_settings, app, admin_db, monkeypatch) -> None:
+            self, app, admin_db, monkeypatch) -> None:
         monkeypatch.setattr(replay_module, "PAGE", 5)  # many pages
         tenant = new_tenant()
         for n in range(12):
             app.remember(tenant, state("skills", f"skill {n}"))
             app.remember(tenant, Remember(kind="event", memory_type="event", content=f"met {n}"))
         head = app.recorder.max_notification_id() or 0
-        logged = [n for page in read_pages(app, 1, head) for n in page]
-        events = events_table(pg_settings)
-        assert [n for page in read_share(admin_db, events, 1, head) for n in page] == logged
-        shares = [[n for page in read_share(admin_db, events, 1, head, (part, 3)) for n in page]
-                  for part in range(3)]
+        logged = list(app.recorder.select_notifications(start=1, limit=head, stop=head))
+        events = events_table(app.recorder)
+        assert [n for page in read_pages(admin_db.connect, events, 1, head) for n in page] == logged
+        shares = [[n for page in read_pages(admin_db.connect, events, 1, head, (part, 3))
+                   for n in page] for part in range(3)]
         for part, share in enumerate(shares):
             assert [n.id for n in share] == sorted(n.id for n in share), "in log order"
             assert {share_of(n.originator_id, 3) for n in share} <= {part}
