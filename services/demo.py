@@ -1,7 +1,7 @@
 """`palimpsest demo`: two months of one user's life, written through the real commands.
 
 The user moves Taipei → Kyoto → Kaohsiung, picks up skills, corrects a typo in the same turn,
-watches a launch date flip-flop until the fourth change lands in the arbitration queue, and lets
+watches a launch date flip-flop until the third change in 30 days lands in the arbitration queue, and lets
 a commitment expire. Then it prints every slot: its current value and its whole history on both
 timelines (world time: valid from/to; system time: recorded/retracted).
 """
@@ -107,9 +107,6 @@ def run_demo(app: Palimpsest, clock: SimulatedClock, say: Callable[[str], None])
     blocker = s.other("blocker: waiting on legal review", remember(tenant_id, Remember(
         kind="state", memory_type="blocker", content="Open-source licence waits on legal review",
         scope="project", project_id="fibon")))
-    clock.day(25)
-    s.state("launch_date", "2026-11-08", subject="fibon", scope="project", project_id="fibon",
-            memory_type="decision")
     clock.day(31)
     s.other("commitment expires", app.move(tenant_id, Move(card_id=doc.card_id, to="expire")))  # type: ignore[arg-type]
     clock.day(35)

@@ -162,22 +162,30 @@ class WriteSideScenarios:
         assert slot.card(fixed.card_id).valid_from == slot.card(typo.card_id).valid_from
         assert [c.value for c in slot.current_cards] == ["Kaohsiung"]
 
-    def test_two_changes_in_30_days_apply_automatically(self, app, tenant, clock) -> None:
-        slot_id = self.make_changes(app, tenant, clock, 2)
+    def test_the_second_change_in_30_days_applies_automatically(self, app, tenant, clock) -> None:
+        slot_id = self.make_changes(app, tenant, clock, 1)
         result = app.remember(tenant, state("launch_date", "August 1", subject="fibon"))
         assert result.outcome == "superseded"
         assert self.values(app, tenant, slot_id) == ["August 1"]
 
-    def test_the_fourth_change_in_30_days_is_queued(self, app, tenant, clock) -> None:
-        slot_id = self.make_changes(app, tenant, clock, 3)
+    def test_the_third_change_in_30_days_is_queued(self, app, tenant, clock) -> None:
+        slot_id = self.make_changes(app, tenant, clock, 2)
         result = app.remember(tenant, state("launch_date", "August 1", subject="fibon"))
         assert result.outcome == "queued" and result.case_id is not None
-        assert "high frequency" in (result.reason or "")
-        assert self.values(app, tenant, slot_id) == ["July 3"]
+        assert "high frequency: 3 changes" in (result.reason or "")
+        assert self.values(app, tenant, slot_id) == ["July 2"]
         assert list(self.slot(app, tenant, slot_id).pending) == [result.case_id]
 
+    def test_changes_on_days_0_5_9_and_20_queue_the_third(self, app, tenant, clock) -> None:
+        """The value set on day 0 is no change; days 5 and 9 are; day 20 is the third in 30 days."""
+        outcomes, start = [], clock.now
+        for day, value in ((0, "Taipei"), (5, "Kyoto"), (9, "Osaka"), (20, "Tainan")):
+            clock.now = start + timedelta(days=day)
+            outcomes.append(app.remember(tenant, state("address", value)).outcome)
+        assert outcomes == ["remembered", "superseded", "superseded", "queued"]
+
     def test_changes_older_than_30_days_do_not_count(self, app, tenant, clock) -> None:
-        self.make_changes(app, tenant, clock, 3)
+        self.make_changes(app, tenant, clock, 2)
         clock.advance(days=30)
         assert (
             app.remember(tenant, state("launch_date", "Aug 1", subject="fibon")).outcome
@@ -200,7 +208,7 @@ class WriteSideScenarios:
         assert result.outcome == "remembered"
 
     def test_accept_new(self, app, tenant, clock) -> None:
-        slot_id = self.make_changes(app, tenant, clock, 3)
+        slot_id = self.make_changes(app, tenant, clock, 2)
         queued = app.remember(tenant, state("launch_date", "August 1", subject="fibon"))
         clock.advance(days=1)
         decided = app.arbitrate(
@@ -215,7 +223,7 @@ class WriteSideScenarios:
             )
 
     def test_keep_old(self, app, tenant, clock) -> None:
-        slot_id = self.make_changes(app, tenant, clock, 3)
+        slot_id = self.make_changes(app, tenant, clock, 2)
         queued = app.remember(tenant, state("launch_date", "August 1", subject="fibon"))
         cards_before = dict(self.slot(app, tenant, slot_id).cards)
         decided = app.arbitrate(

@@ -2,7 +2,8 @@
 
 1. same-turn self-correction: the same session, the same turn (or within the turn window) → overwrite;
 2. low-frequency change: fewer than 3 changes in the trailing 30 days → applied automatically;
-3. high-frequency (≥ 3 changes in 30 days) or large-span (valid_from ≥ 30 days back) → queued for a
+3. high-frequency (≥ 3 changes in 30 days, the incoming change included: the third change in 30
+   days is the one that is queued) or large-span (valid_from ≥ 30 days back) → queued for a
    person, who decides keep_old, accept_new or both_valid.
 """
 
@@ -55,12 +56,15 @@ def recent_changes(change_times: Iterable[datetime], now: datetime, policy: Poli
 def judge(
     *, same_turn: bool, changes: int, valid_from: datetime, now: datetime, policy: Policy
 ) -> Verdict:
+    """``changes``: the slot's changes already made in the trailing window; the incoming write
+    would be one more."""
     if same_turn:
         return Verdict(Layer.SAME_TURN, "same-turn self-correction")
-    if changes >= policy.high_frequency_changes:
+    if changes + 1 >= policy.high_frequency_changes:
         return Verdict(
             Layer.QUEUED,
-            f"high frequency: {changes} changes in the trailing {policy.frequency_window.days} days",
+            f"high frequency: {changes + 1} changes in the trailing {policy.frequency_window.days} "
+            "days, this one included",
         )
     reach = now - valid_from
     if reach >= policy.large_span:
@@ -69,5 +73,6 @@ def judge(
         )
     return Verdict(
         Layer.AUTOMATIC,
-        f"low frequency: {changes} changes in the trailing {policy.frequency_window.days} days",
+        f"low frequency: {changes + 1} changes in the trailing {policy.frequency_window.days} days, "
+        "this one included",
     )

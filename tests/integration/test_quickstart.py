@@ -24,7 +24,7 @@ def test_demo_prints_every_slot_with_both_timelines(tmp_path: Path) -> None:
     assert "on the embedded PostgreSQL" in out
     assert "current: 'Kaohsiung'" in out
     assert "Overwritten  'Senior engineer' (same_turn)" in out
-    assert "queued (high frequency: 3 changes in the trailing 30 days)" in out
+    assert "queued (high frequency: 3 changes in the trailing 30 days, this one included)" in out
     assert "launch_date: current '2026-11-20' vs proposed '2026-11-22'" in out
     assert "due 2026-10-01: expired" in out
     assert "corrected from 'Kickof meeting" in out

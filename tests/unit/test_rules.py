@@ -115,9 +115,9 @@ class TestArbitrationLayers:
             policy=POLICY,
         ).layer
 
-    def test_two_changes_in_thirty_days_is_automatic_three_is_queued(self) -> None:
-        assert self.verdict(changes=2) is Layer.AUTOMATIC
-        assert self.verdict(changes=3) is Layer.QUEUED
+    def test_the_incoming_change_counts_the_third_in_thirty_days_is_queued(self) -> None:
+        assert self.verdict(changes=1) is Layer.AUTOMATIC  # this write is the second change
+        assert self.verdict(changes=2) is Layer.QUEUED  # this write is the third
 
     def test_a_29_day_backdate_is_automatic_31_is_queued(self) -> None:
         assert self.verdict(backdate=29) is Layer.AUTOMATIC
