@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-retrieval typecheck clean
+.PHONY: demo test bench bench-retrieval bench-aging typecheck clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,9 @@ bench: $(STAMP)
 
 bench-retrieval: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_retrieval
+
+bench-aging: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.aging
 
 typecheck: $(STAMP)
 	$(BIN)/mypy domain services infra projections

@@ -160,6 +160,28 @@ def status(
 
 cli_queries.register(cli)
 
+bench = typer.Typer(no_args_is_help=True, help="Benchmarks (from a Palimpsest checkout with the dev extra).")
+cli.add_typer(bench, name="bench")
+
+
+@bench.command("aging", add_help_option=False,
+               context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_aging(ctx: typer.Context) -> None:
+    """Is the true value first as memories age? Palimpsest against baselines (--help: the options)."""
+    import sys
+    from pathlib import Path
+
+    checkout = Path(__file__).resolve().parent.parent  # tests/ is not installed: it lives beside services/
+    if (checkout / "tests" / "benchmarks").is_dir() and str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    try:
+        from tests.benchmarks.aging.run import main as run_aging
+    except ImportError as error:
+        typer.echo("palimpsest bench aging runs from a Palimpsest checkout with the dev extra "
+                   f"(pip install -e '.[dev]'): {error}", err=True)
+        raise SystemExit(2) from None
+    raise SystemExit(run_aging(list(ctx.args)))
+
 
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -1,0 +1,5 @@
+"""``python -m tests.benchmarks.aging``."""
+
+from tests.benchmarks.aging.run import main
+
+raise SystemExit(main())
