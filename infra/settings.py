@@ -24,9 +24,12 @@ class RetrievalSettings(BaseModel):
     #: Reciprocal Rank Fusion constant.
     rrf_k: int = 60
     semantic_top_k: int = 20
-    #: Cosine similarity below which a neighbour is no match: a nearest-neighbour search always
-    #: returns k cards, even for a question nothing answers (USE puts unrelated text under 0.2).
-    semantic_min_similarity: float = 0.2
+    #: Cosine similarity below which a neighbour is no match (a nearest-neighbour search always
+    #: returns k cards, even for a question nothing answers), and the similarity at which a hit
+    #: counts fully. Unset: the embedding model's measured values
+    #: (``services.retrieval.semantic.MODEL_CALIBRATION``; docs/benchmarks.md).
+    semantic_min_similarity: float | None = None
+    semantic_full_similarity: float | None = None
     #: Nearest neighbours read from the HNSW index before the tenant / scope / time filter.
     semantic_candidates: int = 200
     #: Tag hits are all kept, up to this safety cap, ranked by how many query terms they share.
@@ -46,19 +49,46 @@ class RetrievalSettings(BaseModel):
     breaker_p95_ms: float = 150.0
     breaker_quarantine_s: float = 600.0
     breaker_probe_s: float = 30.0
+    #: Fusion: how much each route's evidence weighs (a graph neighbour is weaker evidence than a
+    #: match; a slot the question names leads, and a slot it may name weighs ``slots``).
+    weight_semantic: float = 1.0
+    weight_tags: float = 1.0
+    weight_fuzzy: float = 0.6
+    weight_temporal: float = 1.0
+    weight_graph: float = 0.3
+    weight_slots: float = 1.0
+    #: Half-life decay λ per day (DESIGN rule 5), as a bounded prior: a card keeps at least
+    #: ``decay_floor`` of its relevance; ``decay="unbounded"`` is the old ``e^(−λ·Δt)`` for every
+    #: card, the valid value of a slot included (for comparison only).
+    decay: Literal["bounded", "unbounded"] = "bounded"
+    decay_floor: float = Field(default=0.5, ge=0.0, le=1.0)
     decay_single_value: float = 0.02
     decay_multi_value: float = 0.005
     decay_event: float = 0.01
     decay_knowledge: float = 0.003
+    #: A label named by its embedding alone: at this similarity to the question the slot leads,
+    #: at ``slot_weak_similarity`` it only weighs in (``weight_slots``).
+    slot_similarity: float = 0.5
+    slot_weak_similarity: float = 0.35
+    #: A concept named by the example questions the question's embedding is closest to: surely
+    #: at this similarity and this far ahead of the next concept; to weigh in only at the weak
+    #: pair (measured for the offline USE model on ``palimpsest bench aging --phrasings heldout``).
+    slot_example_similarity: float = 0.4
+    slot_example_margin: float = 0.06
+    slot_example_weak_similarity: float = 0.35
+    slot_example_weak_margin: float = 0.03
+    #: At most this many valid items of a multi-value slot the question names lead the answer.
+    slot_items: int = Field(default=20, ge=1)
     boost_current_project: float = 1.2
     boost_personal: float = 1.1
     boost_group: float = 1.0
     boost_global: float = 0.9
     aging_days: int = 180
     knowledge_stale_days: int = 90
-    #: Threads that run routes, shared by the searches of one process: a search runs four side by
-    #: side, so 5 serve one search at a time at full speed; raise both for concurrent callers.
-    route_threads: int = Field(default=5, ge=1)
+    #: Threads that run routes, shared by the searches of one process: a search runs four routes
+    #: and the slot stage side by side, so 6 serve one search at a time at full speed; raise both
+    #: for concurrent callers.
+    route_threads: int = Field(default=6, ge=1)
     #: Connections the query side keeps to PostgreSQL (a route holds one while it runs).
     connections: int = Field(default=8, ge=1)
 

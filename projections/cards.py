@@ -19,7 +19,7 @@ from domain.knowledge import KnowledgeCard
 from domain.slot import Slot
 from domain.values import CardKind, Provenance, Scope
 from projections.ops import ChangeCard, DecideCase, Op, PutCard, PutCase, PutEdge, PutNode, PutSlot
-from projections.text import cjk_bigrams, fold, terms
+from projections.text import cjk_bigrams, fold, slot_words, tag_terms, terms
 
 NAME = "cards"
 
@@ -29,7 +29,7 @@ def _text_columns(content: str, *extra: str | None, tags: tuple[str, ...] = ()) 
     text = " ".join(part for part in (*extra, content) if part)
     return {
         "tags": list(tags),
-        "terms": list(dict.fromkeys((*tags, *terms(text)))),
+        "terms": list(dict.fromkeys((*tag_terms(tags), *terms(text)))),
         "bigrams": list(cjk_bigrams(text)),
         "fuzzy_text": fold(text),
     }
@@ -77,6 +77,7 @@ def _(event: Any) -> list[Op]:
         PutSlot({
             "tenant_id": event.tenant_id, "slot_id": event.originator_id, **_scope(event.scope),
             "subject": event.subject, "label": event.label, "cardinality": event.cardinality,
+            "slot_words": list(slot_words(event.subject, event.label)),
         }),
     ]
 
@@ -202,7 +203,7 @@ def _(event: Any) -> list[Op]:
     if not event.tags:
         return []
     return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp,
-                       {"added_tags": list(event.tags)})]
+                       {"added_tags": list(event.tags), "added_terms": list(tag_terms(event.tags))})]
 
 
 @project.register(KnowledgeCard.Verified)  # type: ignore[attr-defined]

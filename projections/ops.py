@@ -73,16 +73,16 @@ class DecideCase:
 Op = PutNode | PutSlot | PutCard | ChangeCard | PutEdge | PutCase | DecideCase
 
 SLOT_COLUMNS = ("tenant_id", "slot_id", "scope", "project_id", "group_id", "subject", "label",
-                "cardinality")
+                "cardinality", "slot_words")
 #: What a state card takes from its slot.
-FROM_SLOT = ("scope", "project_id", "group_id", "subject", "label", "cardinality")
+FROM_SLOT = ("scope", "project_id", "group_id", "subject", "label", "cardinality", "slot_words")
 #: Columns of ``cards`` a PutCard row fills (the rest take their defaults).
 CARD_COLUMNS = (
     "tenant_id", "card_id", "aggregate_id", "kind", "memory_type", "scope", "project_id",
     "group_id", "perspective", "subject", "label", "cardinality", "item_key", "content", "title",
     "valid_from", "valid_to", "occurred_at", "recorded_at", "updated_at", "retracted_at",
     "verified_at", "status", "owner", "due_at", "merged_into", "source", "inference_confidence",
-    "agent_id", "session_id", "turn_id", "tags", "terms", "bigrams", "fuzzy_text",
+    "agent_id", "session_id", "turn_id", "tags", "terms", "bigrams", "fuzzy_text", "slot_words",
 )
 #: Columns a ChangeCard may change.
 CHANGEABLE = frozenset({

@@ -17,8 +17,6 @@ TABLES = ("nodes", "slots", "cards", "card_terms", "card_versions", "card_embedd
           "card_relations", "arbitration_queue", "proposals", "projection_tracking",
           "projection_position", "projection_failures")
 
-#: Subjects that stand for the user: every personal slot has one, so they say nothing about a card.
-DEFAULT_SUBJECTS = ("user", "me", "i", "self", "我")
 #: How ``card_terms`` spells a card's label and memory type (no term starts with "=").
 LABEL_WORD, TYPE_WORD = "=label:", "=type:"
 
@@ -44,6 +42,7 @@ CREATE TABLE IF NOT EXISTS {s}.slots (
     subject text NOT NULL,
     label text NOT NULL,
     cardinality text NOT NULL,
+    slot_words text[] NOT NULL DEFAULT '{{}}',
     PRIMARY KEY (tenant_id, slot_id),
     FOREIGN KEY (tenant_id, slot_id) REFERENCES {s}.nodes (tenant_id, node_id)
 );
@@ -84,6 +83,7 @@ CREATE TABLE IF NOT EXISTS {s}.cards (
     terms text[] NOT NULL DEFAULT '{{}}',
     bigrams text[] NOT NULL DEFAULT '{{}}',
     fuzzy_text text NOT NULL DEFAULT '',
+    slot_words text[],
     version integer NOT NULL DEFAULT 1,
     valid tstzrange GENERATED ALWAYS AS (
         CASE WHEN kind = 'event' THEN tstzrange(occurred_at, occurred_at, '[]')
@@ -91,6 +91,10 @@ CREATE TABLE IF NOT EXISTS {s}.cards (
     PRIMARY KEY (tenant_id, card_id),
     FOREIGN KEY (tenant_id, card_id) REFERENCES {s}.nodes (tenant_id, node_id)
 );
+
+-- Schemas made before the slot's words were stored.
+ALTER TABLE {s}.slots ADD COLUMN IF NOT EXISTS slot_words text[] NOT NULL DEFAULT '{{}}';
+ALTER TABLE {s}.cards ADD COLUMN IF NOT EXISTS slot_words text[];
 
 -- The words a card can be found by, one row each, kept by the database from ``cards`` (a trigger,
 -- made with the indexes) in the same transaction as the card's own row: its terms, the words of
@@ -216,15 +220,14 @@ CREATE TABLE IF NOT EXISTS {s}.projection_failures (
 #: a rebuilt schema renamed into place. The trigger that calls them is made with the indexes.
 _FUNCTIONS = """
 -- The columns, not the row: a row argument would be built whole (content included) per call.
-CREATE OR REPLACE FUNCTION {s}.card_words(terms text[], subject text, label text,
+-- ``slot_words``: the terms of a state card's slot (its subject unless the user's own, its label),
+-- made by the projection with the tokenizer the text's terms were made with.
+CREATE OR REPLACE FUNCTION {s}.card_words(terms text[], slot_words text[], label text,
                                           cardinality text, memory_type text) RETURNS text[]
 LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     SELECT coalesce(array_agg(DISTINCT w), '{{}}') FROM unnest(terms
         || CASE WHEN cardinality IS NULL OR label IS NULL THEN '{{}}'::text[]
-                ELSE regexp_split_to_array(lower(translate(
-                         CASE WHEN lower(coalesce(subject, '')) = ANY({default_subjects}::text[])
-                              THEN label ELSE subject || ' ' || label END, '_-', '  ')), '\\s+')
-                     || ({label_word} || label) END
+                ELSE coalesce(slot_words, '{{}}') || ({label_word} || label) END
         || ({type_word} || memory_type)) AS w
     WHERE w <> ''
 $$;
@@ -234,31 +237,34 @@ DECLARE
     is_live boolean := NEW.retracted_at IS NULL AND NEW.valid_to IS NULL AND NEW.merged_into IS NULL;
 BEGIN
     IF TG_OP = 'UPDATE' THEN
-        IF (OLD.terms, OLD.subject, OLD.label, OLD.cardinality, OLD.memory_type, OLD.scope,
+        IF (OLD.terms, OLD.slot_words, OLD.label, OLD.cardinality, OLD.memory_type, OLD.scope,
             OLD.project_id, OLD.group_id, OLD.recorded_at)
-           IS NOT DISTINCT FROM (NEW.terms, NEW.subject, NEW.label, NEW.cardinality,
+           IS NOT DISTINCT FROM (NEW.terms, NEW.slot_words, NEW.label, NEW.cardinality,
             NEW.memory_type, NEW.scope, NEW.project_id, NEW.group_id, NEW.recorded_at) THEN
             IF (OLD.retracted_at IS NULL AND OLD.valid_to IS NULL AND OLD.merged_into IS NULL)
                IS DISTINCT FROM is_live THEN
                 UPDATE {s}.card_terms SET live = is_live
                 WHERE tenant_id = NEW.tenant_id AND card_id = NEW.card_id
-                  AND term = ANY({s}.card_words(NEW.terms, NEW.subject, NEW.label,
+                  AND term = ANY({s}.card_words(NEW.terms, NEW.slot_words, NEW.label,
                                                 NEW.cardinality, NEW.memory_type));
             END IF;
             RETURN NULL;
         END IF;
         DELETE FROM {s}.card_terms
         WHERE tenant_id = OLD.tenant_id AND card_id = OLD.card_id
-          AND term = ANY({s}.card_words(OLD.terms, OLD.subject, OLD.label, OLD.cardinality,
+          AND term = ANY({s}.card_words(OLD.terms, OLD.slot_words, OLD.label, OLD.cardinality,
                                         OLD.memory_type));
     END IF;
     INSERT INTO {s}.card_terms (tenant_id, term, card_id, live, recorded_at, scope, project_id, group_id)
     SELECT NEW.tenant_id, w, NEW.card_id, is_live, NEW.recorded_at, NEW.scope, NEW.project_id, NEW.group_id
-    FROM unnest({s}.card_words(NEW.terms, NEW.subject, NEW.label, NEW.cardinality,
+    FROM unnest({s}.card_words(NEW.terms, NEW.slot_words, NEW.label, NEW.cardinality,
                                NEW.memory_type)) AS w;
     RETURN NULL;
 END
 $$;
+
+-- Made before the slot's words were the projection's: its arguments were (…, subject, label, …).
+DROP FUNCTION IF EXISTS {s}.card_words(text[], text, text, text, text);
 """
 
 #: Secondary indexes, created with the tables, or after a rebuild's bulk copy (building an index
@@ -272,7 +278,9 @@ CREATE INDEX IF NOT EXISTS cards_valid ON {s}.cards USING gist (tenant_id, valid
 CREATE INDEX IF NOT EXISTS cards_current ON {s}.cards (tenant_id, kind, scope)
     WHERE retracted_at IS NULL AND valid_to IS NULL;
 CREATE INDEX IF NOT EXISTS cards_bigrams ON {s}.cards USING gin (bigrams);
-CREATE INDEX IF NOT EXISTS cards_slot ON {s}.cards (tenant_id, aggregate_id);
+-- A slot's cards, the newest first (the slot stage reads the latest items of a named slot).
+CREATE INDEX IF NOT EXISTS cards_slot_since ON {s}.cards (tenant_id, aggregate_id, valid_from DESC);
+DROP INDEX IF EXISTS {s}.cards_slot;
 CREATE INDEX IF NOT EXISTS cards_type ON {s}.cards (tenant_id, memory_type);
 -- The temporal route: what began (events: occurred) or ended inside a range.
 CREATE INDEX IF NOT EXISTS cards_valid_from ON {s}.cards (tenant_id, valid_from);
@@ -328,8 +336,7 @@ def create_read_schema(
 def create_functions(conn: psycopg.Connection[Any], schema: str) -> None:
     """(Re)create the words index's functions for ``schema``, as it is named now."""
     conn.execute(sql.SQL(_FUNCTIONS).format(
-        s=sql.Identifier(schema), default_subjects=sql.Literal(list(DEFAULT_SUBJECTS)),
-        label_word=sql.Literal(LABEL_WORD), type_word=sql.Literal(TYPE_WORD)))
+        s=sql.Identifier(schema), label_word=sql.Literal(LABEL_WORD), type_word=sql.Literal(TYPE_WORD)))
 
 
 _WORDS_FILL = """INSERT INTO {s}.card_terms (tenant_id, term, card_id, live, recorded_at, scope,
@@ -337,7 +344,7 @@ _WORDS_FILL = """INSERT INTO {s}.card_terms (tenant_id, term, card_id, live, rec
 SELECT c.tenant_id, w, c.card_id, c.retracted_at IS NULL AND c.valid_to IS NULL
     AND c.merged_into IS NULL, c.recorded_at, c.scope, c.project_id, c.group_id
 FROM {s}.cards c,
-    unnest({s}.card_words(c.terms, c.subject, c.label, c.cardinality, c.memory_type)) AS w
+    unnest({s}.card_words(c.terms, c.slot_words, c.label, c.cardinality, c.memory_type)) AS w
 WHERE {share}
 ORDER BY 1, 2, 3"""  # in the key's order: each insert lands at the index's right edge
 

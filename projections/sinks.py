@@ -30,8 +30,10 @@ from projections.ops import (
     PutSlot,
 )
 
+#: Changes that append to an array column what it does not hold yet: change → column.
+ADDED = {"added_tags": "tags", "added_terms": "terms"}
 #: The text-array columns, passed as :func:`array_literal` s.
-ARRAYS = frozenset({"tags", "terms", "bigrams", "current_values"})
+ARRAYS = frozenset({"tags", "terms", "bigrams", "current_values", "slot_words"})
 
 
 def array_literal(items: list[str] | None) -> str | None:
@@ -169,7 +171,7 @@ class PostgresSink:
         cur.execute(self._node, (op.tenant_id, op.node_id, op.node_kind))
 
     def _put_slot(self, op: PutSlot, cur: psycopg.Cursor[Any]) -> None:
-        cur.execute(self._slot, [op.row.get(c) for c in SLOT_COLUMNS])  # no arrays
+        cur.execute(self._slot, [_param(c, op.row.get(c)) for c in SLOT_COLUMNS])
 
     def _put_card(self, op: PutCard, cur: psycopg.Cursor[Any], node: PutNode | None = None
                   ) -> None:
@@ -187,8 +189,8 @@ class PostgresSink:
     def _change_card(self, op: ChangeCard, cur: psycopg.Cursor[Any]) -> None:
         params: list[Any] = [op.at]
         for column, value in op.changes.items():
-            if column == "added_tags":
-                params.extend([array_literal(list(value))] * 2)
+            if column in ADDED:
+                params.append(array_literal(list(value)))
             elif column in CHANGEABLE:
                 params.append(_param(column, value))
             else:
@@ -203,12 +205,10 @@ class PostgresSink:
             assignments: list[sql.Composable] = [
                 sql.SQL("version = version + 1"), sql.SQL("updated_at = %s")]
             for column in columns:
-                targets = ("tags", "terms") if column == "added_tags" else (column,)
-                for target in targets:
-                    assignments.append(sql.SQL(
-                        "{c} = {c} || ARRAY(SELECT x FROM unnest(%s::text[]) WITH ORDINALITY "
-                        "AS a(x, n) WHERE x <> ALL({c}) ORDER BY n)" if column == "added_tags"
-                        else "{c} = %s").format(c=sql.Identifier(target)))
+                assignments.append(sql.SQL(
+                    "{c} = {c} || ARRAY(SELECT x FROM unnest(%s::text[]) WITH ORDINALITY "
+                    "AS a(x, n) WHERE x <> ALL({c}) ORDER BY n)" if column in ADDED
+                    else "{c} = %s").format(c=sql.Identifier(ADDED.get(column, column))))
             statement = sql.SQL(
                 "WITH c AS (UPDATE {}.cards SET {} WHERE tenant_id = %s AND card_id = %s{}"
             ).format(self._schema, sql.SQL(", ").join(assignments),
@@ -279,9 +279,8 @@ class MemorySink:
         key = (op.tenant_id, op.card_id)
         row = self.cards[key]
         for column, value in op.changes.items():
-            if column == "added_tags":
-                row["tags"] = _merge_tags(row["tags"], value)
-                row["terms"] = _merge_tags(row["terms"], value)
+            if column in ADDED:
+                row[ADDED[column]] = _merge_tags(row[ADDED[column]], value)
             elif column in CHANGEABLE:
                 row[column] = value
             else:

@@ -62,6 +62,9 @@ _TOKEN = re.compile(
 )
 _CJK_RUN = re.compile(f"[{_CJK}]+")
 
+#: Subjects that stand for the user: every personal slot has one, so they say nothing about a card.
+DEFAULT_SUBJECTS = frozenset({"user", "me", "i", "self", "我"})
+
 _STOP_WORDS = """
     的 地 得 了 着 过 是 在 和 与 及 或 而 也 都 就 又 还 把 被 给 对 从 向 于 以 为 之 其
     吗 呢 吧 啊 呀 嘛 哦 这 那 这个 那个 这些 那些 个 些 有 没 没有 不 很 太
@@ -73,9 +76,11 @@ _STOP_WORDS = """
     it its this that these those there here i me my we our you your he him his she her
     they them their what which who whom whose when where why how
     will would can could shall should might must not no so if also just very
+    now current currently still nowadays 现在 目前 当前 仍然 依然 还是
 """
 #: Dropped from tokens, compared after folding (lower case, Simplified). The question words are
-#: dropped in both languages (what / 什么, where / 哪里 …): they say what is asked, not about what.
+#: dropped in both languages (what / 什么, where / 哪里 …): they say what is asked, not about what;
+#: so are the words that only say "as things stand" (now, still, 现在, 目前): every valid card is.
 STOP_WORDS: frozenset[str] = frozenset(_STOP_WORDS.split())
 #: Common words the Traditional dictionary lacks, which it would cut into characters (什麼 → 什 / 麼):
 #: added to the tokenizer, like the synonyms' words, so they stay whole.
@@ -175,6 +180,63 @@ def _phrases() -> tuple[frozenset[str], int]:
     return phrases, max((len(p.split(" ")) for p in phrases), default=1)
 
 
+#: A Latin word the English stemmer reduces: letters only, with an inner apostrophe
+#: ("anna's"); words with digits, dots or signs (``node.js``, ``c++``, ``max_tags``) stay whole.
+_STEMMABLE = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)*")
+_stemmer_lock = threading.Lock()
+_stemmer: Any = None
+
+
+@lru_cache(maxsize=65_536)
+def stem(word: str) -> str:
+    """The English Snowball stem of a Latin word (``lives`` → ``live``, ``anna's`` → ``anna``);
+    anything else unchanged. PyStemmer's stemmer is not thread-safe: calls take a lock."""
+    global _stemmer
+    word = word.replace("’", "'")
+    if _CJK_RUN.search(word) or not _STEMMABLE.fullmatch(word):
+        return word
+    with _stemmer_lock:
+        if _stemmer is None:
+            import Stemmer
+
+            _stemmer = Stemmer.Stemmer("english")
+        return str(_stemmer.stemWord(word))
+
+
+def _stem_phrase(term: str) -> str:
+    return " ".join(stem(word) for word in term.split(" "))
+
+
+def _single_han(term: str) -> bool:
+    return len(term) == 1 and bool(_CJK_RUN.fullmatch(term))
+
+
+def _phrased(normalised: list[str]) -> list[str]:
+    """Consecutive words spelling a known multi-word tag joined into that one term."""
+    phrases, longest = _phrases()
+    out: list[str] = []
+    i = 0
+    while i < len(normalised):
+        for n in range(min(longest, len(normalised) - i), 1, -1):
+            candidate = " ".join(normalised[i:i + n])
+            if candidate in phrases:
+                out.append(candidate)
+                i += n
+                break
+        else:
+            out.append(normalised[i])
+            i += 1
+    return out
+
+
+@lru_cache(maxsize=_TEXTS)
+def query_terms(text: str) -> tuple[str, ...]:
+    """Every normalised, stemmed term of ``text``, single CJK characters included (they name
+    tags and lexicon words, never a card's text): :func:`terms` is this without them."""
+    normalised = [n for n in map(_normalise, tokenize(text)) if n]
+    return tuple(dict.fromkeys(_stem_phrase(term) for term in _phrased(normalised)))
+
+
 @lru_cache(maxsize=_TEXTS)
 def terms(text: str) -> tuple[str, ...]:
     """The normalised terms of ``text``: what a card is indexed under and a query is matched with.
@@ -182,23 +244,38 @@ def terms(text: str) -> tuple[str, ...]:
     :func:`tokenize`, then :func:`~domain.rules.tags.normalise_tag` on each token (Traditional →
     Simplified, synonyms: ``JWT`` → ``json web token``), deduplicated in order. Consecutive words
     spelling a known multi-word tag become that one term, so ``json web token`` written out meets
-    ``JWT``.
+    ``JWT``. Latin words are reduced to their English stem (:func:`stem`: plurals, possessives,
+    tenses). A single CJK character is no term (一 from 哪一, 的 …): it says too little, unless a
+    card is tagged with it (:func:`tag_terms` keeps it).
     """
-    normalised = [n for n in map(_normalise, tokenize(text)) if n]
-    phrases, longest = _phrases()
-    seen: dict[str, None] = {}
-    i = 0
-    while i < len(normalised):
-        for n in range(min(longest, len(normalised) - i), 1, -1):
-            candidate = " ".join(normalised[i:i + n])
-            if candidate in phrases:
-                seen.setdefault(candidate, None)
-                i += n
-                break
-        else:
-            seen.setdefault(normalised[i], None)
-            i += 1
-    return tuple(seen)
+    return tuple(term for term in query_terms(text) if not _single_han(term))
+
+
+def tag_terms(tags: Sequence[str]) -> tuple[str, ...]:
+    """The terms a card's (normalised) tags are indexed under: the tag itself, stemmed like
+    :func:`terms`, single characters included."""
+    return tuple(dict.fromkeys(_stem_phrase(tag) for tag in tags if tag))
+
+
+def subject_terms(subject: str | None) -> tuple[str, ...]:
+    """The terms a subject is found by: none for the user's own (every personal slot has one);
+    a Chinese name whole (jieba cuts 孫靜 into 孫 / 靜, and 許雅琪 into 許 / 雅琪, which 王雅琪
+    shares); a Latin one by its words."""
+    name = (subject or "").strip()
+    if not name or name.lower() in DEFAULT_SUBJECTS:
+        return ()
+    if _CJK_RUN.search(name):
+        return (fold(name),)
+    return terms(name)
+
+
+def slot_words(subject: str | None, label: str | None) -> tuple[str, ...]:
+    """The terms a slot is found by: its subject's (:func:`subject_terms`) and its label's,
+    ``eating_habits`` read as "eating habits" → ``eat``, ``habit``."""
+    if not label:
+        return ()
+    label_terms = terms(label.replace("_", " ").replace("-", " "))
+    return tuple(dict.fromkeys((*subject_terms(subject), *label_terms)))
 
 
 # ----------------------------------------------------------------------------------------------

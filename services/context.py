@@ -45,6 +45,8 @@ def _card(card: RetrievedCard, zone: ZoneInfo) -> str:
         attrs["superseded"] = "true"
     if card.status:
         attrs["status"] = card.status
+    if card.due_at:
+        attrs["due"] = _when(card.due_at, zone)
     head = " ".join(f'{key}="{_attr(value)}"' for key, value in attrs.items())
     text = (f"{card.title}: " if card.title else "") + card.value
     return f"  <card {head}>{escape(text, quote=False)}</card>"

@@ -13,7 +13,9 @@ from psycopg import sql
 from pydantic import BaseModel
 
 from domain.errors import CardNotFoundError, InvalidCommandError
+from domain.rules.commitments import UNRESOLVED, reads_as
 from infra.settings import Settings
+from projections import predicates
 from services.application import Clock
 from services.readmodels import ReadModels
 from services.retrieval.postprocess import PendingWrite
@@ -39,6 +41,10 @@ class Fact(BaseModel):
     verified_at: datetime | None
     superseded: bool
     source: str
+    memory_type: str = "fact"
+    #: A commitment's or blocker's status at the asked moment (``overdue`` past its due date).
+    status: str | None = None
+    due_at: datetime | None = None
 
 
 class Version(BaseModel):
@@ -121,16 +127,18 @@ class Queries:
               known_at: datetime | None = None) -> list[Fact]:
         """The facts (state cards) of a subject valid now, or valid at ``valid_at`` as known at
         ``known_at`` (either alone: the other is now / the same moment)."""
+        now = self.now()
         if valid_at is None and known_at is None:
-            records = self.read.current(tenant_id, subject=subject)
+            records, moment = self.read.current(tenant_id, subject=subject), now
         else:
-            now = self.now()
-            records = self.read.as_of(tenant_id, valid_at or known_at or now, known_at or now,
-                                      subject=subject)
+            moment = valid_at or known_at or now
+            records = self.read.as_of(tenant_id, moment, known_at or now, subject=subject)
         return [Fact(card_id=r.card_id, subject=r.subject, label=r.label, cardinality=r.cardinality,
                      scope=r.scope, value=r.content, valid_from=r.valid_from, valid_to=r.valid_to,
                      recorded_at=r.recorded_at, verified_at=r.verified_at, superseded=r.superseded,
-                     source=r.source) for r in records if r.kind == "state"]
+                     source=r.source, memory_type=r.memory_type, due_at=r.due_at,
+                     status=reads_as(r.memory_type, r.status, r.due_at, moment))
+                for r in records if r.kind == "state"]
 
     def history(self, tenant_id: str, ref: str) -> list[CardHistory]:
         """Every version of a card — or of every card of a slot — with both timelines, what
@@ -166,18 +174,20 @@ class Queries:
         facts and stale knowledge, in personal scope and the given project."""
         now = now or self.now()
         retrieval = self.settings.retrieval
-        params = {"project_id": project_id, "now": now,
+        params = {"project_id": project_id, "group_ids": [], "include_global": False, "now": now,
                   "aging": now - timedelta(days=retrieval.aging_days),
-                  "stale": now - timedelta(days=retrieval.knowledge_stale_days)}
-        scope = ("(c.scope = 'personal' OR (c.scope = 'project' AND c.project_id = %(project_id)s))"
-                 " AND c.retracted_at IS NULL AND c.valid_to IS NULL AND c.merged_into IS NULL")
+                  "stale": now - timedelta(days=retrieval.knowledge_stale_days),
+                  "unresolved": sorted(UNRESOLVED)}
+        seen = predicates.visible(self.settings.read_schema, as_of_query=False)
 
         def items(where: str, since: str = "c.recorded_at") -> list[BriefingItem]:
             statement = sql.SQL(
                 "SELECT c.card_id, c.memory_type, c.content AS value, c.status, c.owner, c.due_at, "
-                + since + " AS since FROM {s}.cards c WHERE " + scope + " AND " + where
-                + " ORDER BY since, c.card_id").format(s=self.s)
-            return [BriefingItem(**row) for row in conn.execute(statement, params).fetchall()]
+                + since + " AS since FROM {s}.cards c WHERE {seen} AND " + where
+                + " ORDER BY since, c.card_id").format(s=self.s, seen=seen)
+            rows = conn.execute(statement, params).fetchall()
+            return [BriefingItem(**{**row, "status": reads_as(row["memory_type"], row["status"],
+                                                               row["due_at"], now)}) for row in rows]
 
         with self.read.tenant(tenant_id) as conn:
             commitments = "c.memory_type = 'commitment' AND c.status = "
@@ -186,7 +196,7 @@ class Queries:
                 now=now,
                 open=items(commitments + "'open' AND (c.due_at IS NULL OR c.due_at >= %(now)s)"),
                 waiting=items(commitments + "'waiting' AND (c.due_at IS NULL OR c.due_at >= %(now)s)"),
-                overdue=items("c.memory_type = 'commitment' AND c.status IN ('open', 'waiting') "
+                overdue=items("c.memory_type = 'commitment' AND c.status = ANY(%(unresolved)s) "
                               "AND c.due_at < %(now)s", since="c.due_at"),
                 blockers=items("c.memory_type = 'blocker' AND c.status = 'active'"),
                 arbitrations=conn.execute(sql.SQL(

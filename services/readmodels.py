@@ -22,6 +22,7 @@ from pydantic import BaseModel
 from domain.values import check_tenant
 from infra.postgres import Database
 from projections.cards import NAME
+from projections.predicates import CURRENT, SUPERSEDED_AS_OF, VERSION_AS_OF
 
 
 class CardRecord(BaseModel):
@@ -44,6 +45,8 @@ class CardRecord(BaseModel):
     superseded: bool
     cardinality: str | None = None
     verified_at: datetime | None = None
+    due_at: datetime | None = None
+    owner: str | None = None
 
 
 class Freshness(BaseModel):
@@ -61,7 +64,7 @@ class Freshness(BaseModel):
 _CARD = """c.card_id, c.aggregate_id, c.kind, c.memory_type, c.scope, c.subject, c.label,
     {content} AS content, {title} AS title, c.valid_from, {valid_to} AS valid_to, c.occurred_at,
     c.recorded_at, c.retracted_at, {status} AS status, c.source, c.cardinality,
-    {verified} AS verified_at"""
+    {verified} AS verified_at, c.due_at, c.owner"""
 
 
 class ReadModels:
@@ -88,31 +91,34 @@ class ReadModels:
             yield conn
 
     def current(self, tenant_id: str, subject: str | None = None) -> list[CardRecord]:
-        """Cards valid now: not retracted, validity open (events and knowledge included)."""
+        """Cards valid now (``projections.predicates.CURRENT``; events and knowledge included);
+        with ``subject``, its cards and the commitments it owns."""
         query = sql.SQL(
             "SELECT " + _CARD.format(content="c.content", title="c.title", valid_to="c.valid_to",
-                                     status="c.status", verified="c.verified_at") + ", false AS superseded "
-            "FROM {s}.cards c WHERE c.retracted_at IS NULL AND c.valid_to IS NULL "
-            "AND ({subject}::text IS NULL OR c.subject = {subject}) "
-            "ORDER BY c.recorded_at, c.card_id").format(s=self.schema, subject=sql.Placeholder("subject"))
+                                     status="c.status", verified="c.verified_at")
+            + ", false AS superseded FROM {s}.cards c WHERE " + CURRENT
+            + " AND (%(subject)s::text IS NULL OR c.subject = %(subject)s "
+            "OR (c.subject IS NULL AND c.owner = %(subject)s)) "
+            "ORDER BY c.recorded_at, c.card_id").format(s=self.schema)
         with self.tenant(tenant_id) as conn:
             rows = conn.execute(query, {"subject": subject}).fetchall()
         return [CardRecord(**row) for row in rows]
 
     def as_of(self, tenant_id: str, valid_at: datetime, known_at: datetime,
               subject: str | None = None) -> list[CardRecord]:
-        """Cards that, as known at ``known_at``, were valid at ``valid_at``: one indexed query."""
+        """Cards that, as known at ``known_at``, were valid at ``valid_at``: one indexed query,
+        the same version search sees (``projections.predicates.VERSION_AS_OF``)."""
         query = sql.SQL(
             "SELECT " + _CARD.format(content="v.content", title="v.title",
                                      valid_to="upper(v.valid)", status="v.status",
                                      verified="v.verified_at")
-            + ", NOT upper_inf(v.valid) AS superseded "
-            "FROM {s}.card_versions v JOIN {s}.cards c USING (tenant_id, card_id) "
-            "WHERE v.known @> %(known)s::timestamptz AND v.valid @> %(valid)s::timestamptz "
-            "AND NOT v.retracted AND (%(subject)s::text IS NULL OR c.subject = %(subject)s) "
+            + ", " + SUPERSEDED_AS_OF + " AS superseded "
+            "FROM {s}.cards c JOIN {s}.card_versions v ON " + VERSION_AS_OF
+            + " WHERE (%(subject)s::text IS NULL OR c.subject = %(subject)s "
+            "OR (c.subject IS NULL AND c.owner = %(subject)s)) "
             "ORDER BY c.recorded_at, c.card_id").format(s=self.schema)
         with self.tenant(tenant_id) as conn:
-            rows = conn.execute(query, {"known": known_at, "valid": valid_at,
+            rows = conn.execute(query, {"known_at": known_at, "valid_at": valid_at,
                                         "subject": subject}).fetchall()
         return [CardRecord(**row) for row in rows]
 

@@ -11,6 +11,7 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
+from projections.predicates import CURRENT, SUPERSEDED_AS_OF, VERSION_AS_OF
 from services.retrieval.query import RetrievalQuery, RouteContext, parameters
 from services.retrieval.results import ArbitrationAlert
 from services.retrieval.scoring import Candidate
@@ -18,19 +19,20 @@ from services.retrieval.scoring import Candidate
 _FIELDS = """c.card_id, c.aggregate_id, c.kind, c.memory_type, c.scope, c.project_id, c.group_id,
     c.subject, c.label, c.cardinality, {value} AS value, {title} AS title, {status} AS status,
     c.valid_from, {valid_to} AS valid_to, c.occurred_at, c.recorded_at, {verified} AS verified_at,
-    {superseded} AS superseded, c.source, c.agent_id, c.inference_confidence"""
+    {superseded} AS superseded, c.source, c.agent_id, c.inference_confidence, c.owner, c.due_at"""
 
 _CURRENT = "SELECT " + _FIELDS.format(
     value="c.content", title="c.title", status="c.status", valid_to="c.valid_to",
-    verified="c.verified_at", superseded="(c.valid_to IS NOT NULL OR c.merged_into IS NOT NULL)",
+    verified="c.verified_at", superseded=f"NOT ({CURRENT})",
 ) + " FROM {s}.cards c WHERE c.card_id = ANY(%(ids)s::uuid[])"
 
+#: The version each route saw (``projections.predicates.VERSION_AS_OF``): a card the routes found
+#: has exactly one.
 _AS_OF = "SELECT " + _FIELDS.format(
     value="v.content", title="v.title", status="v.status", valid_to="upper(v.valid)",
-    verified="v.verified_at", superseded="((c.kind <> 'event' AND NOT upper_inf(v.valid))"
-    " OR v.status IS NOT DISTINCT FROM 'merged')",
-) + """ FROM {s}.cards c JOIN {s}.card_versions v USING (tenant_id, card_id)
-    WHERE c.card_id = ANY(%(ids)s::uuid[]) AND v.known @> %(known_at)s::timestamptz"""
+    verified="v.verified_at", superseded=SUPERSEDED_AS_OF,
+) + """ FROM {s}.cards c JOIN {s}.card_versions v ON """ + VERSION_AS_OF + """
+    WHERE c.card_id = ANY(%(ids)s::uuid[])"""
 
 
 #: Both directions of every ``contradicts`` edge that touches a loaded card, in one statement.
@@ -64,7 +66,7 @@ def load_candidates(conn: psycopg.Connection[Any], ctx: RouteContext, query: Ret
             # is reported on the result, not held against it (alerts, the superseded filter)
             verified_at=row["verified_at"], superseded=row["superseded"] and not query.as_of,
             edges=tuple(("contradicts", other) for other in contradicts.get(row["card_id"], ())),
-            group_id=row["group_id"])
+            group_id=row["group_id"], memory_type=row["memory_type"])
     return candidates, records
 
 

@@ -8,7 +8,8 @@ a card is found through the index by a pair of them, never by one common bigram 
 ``word_similarity`` of the query's words (stop words and words under four letters dropped) to the
 card's folded text. Both measure how much of the *query* the card holds, in [0, 1], so the higher
 one wins. A card must reach ``fuzzy_threshold`` on bigrams or ``fuzzy_trigram_threshold`` on
-trigrams (short Latin words share trigrams by chance, so that bar is higher). Top ``fuzzy_top_k``."""
+trigrams (short Latin words share trigrams by chance, so that bar is higher). Top ``fuzzy_top_k``,
+each as strong as that similarity."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ MAX_BIGRAMS = 12
 MIN_TRIGRAM_WORD = 4
 _TRIGRAMS = "word_similarity(%(latin)s, c.fuzzy_text)"
 
-_SQL = """SELECT card_id FROM (
+_SQL = """SELECT card_id, greatest(b, t) AS similarity FROM (
     SELECT c.card_id, c.recorded_at, {shared} AS shared, {bigram} AS b, {trigram} AS t
     FROM {s}.cards c WHERE ({match}) AND {visible}) AS m
 WHERE (b >= %(threshold)s AND shared >= %(least_shared)s) OR t >= %(trigram_threshold)s
@@ -79,12 +80,14 @@ class FuzzyRoute(PlainRoute):
     def idle(self, query: RetrievalQuery, **extra: Any) -> str | None:
         return None if query.words.strip() else "no words in the query"
 
-    def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
+    def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext,
+                 **extra: Any) -> Hits:
         words = unknown_words(conn, ctx, query.words)
         if not words:
             return Hits([], "every word is a known term (the tags route's)")
         text = " ".join(words)
-        bigrams = list(cjk_bigrams(text))[:MAX_BIGRAMS]
+        # a lone character is no fuzzy evidence: it sits inside thousands of words
+        bigrams = [b for b in cjk_bigrams(text) if len(b) == 2][:MAX_BIGRAMS]
         latin = " ".join(w for w in latin_words(text) if len(w) >= MIN_TRIGRAM_WORD)
         if not bigrams and not latin:
             return Hits([], "nothing to match")
@@ -104,4 +107,5 @@ class FuzzyRoute(PlainRoute):
             "latin": latin,
             "threshold": settings.fuzzy_threshold, "trigram_threshold": settings.fuzzy_trigram_threshold,
             "limit": settings.fuzzy_top_k}).fetchall()
-        return Hits([row["card_id"] for row in rows], "words: " + " | ".join(words))
+        return Hits([row["card_id"] for row in rows], "words: " + " | ".join(words),
+                    [min(1.0, float(row["similarity"])) for row in rows])

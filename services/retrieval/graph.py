@@ -56,7 +56,7 @@ class GraphRoute(PlainRoute):
         return None if seeds else "no seeds"
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext,
-                 seeds: list[Any] | None = None) -> Hits:
+                 seeds: list[Any] | None = None, **extra: Any) -> Hits:
         if not seeds:
             return Hits([], "no seeds")
         statement = sql.SQL(_SQL).format(s=ctx.s, visible=ctx.visible(query))

@@ -1,13 +1,13 @@
 """After the routes: fusion and post-processing in DESIGN §3's order, each step a pure function of
 plain data, with a trace of what each step did to each card for ``explain``.
 
-RRF → half-life decay → scope boost → read-your-own-writes overlay → superseded cards dropped
-(unless as-of) → contradiction, aging and knowledge-freshness alerts → top n.
+RRF (with each route's strengths and weight) → half-life decay as a bounded prior → scope boost →
+read-your-own-writes overlay → superseded cards dropped (unless as-of) → the named slots' valid
+cards first, then the best of the rest → contradiction, aging and knowledge-freshness alerts.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -19,7 +19,9 @@ from services.retrieval.scoring import (
     Candidate,
     Contradiction,
     DecayPolicy,
+    Rankings,
     ScopeBoost,
+    age_days,
     aging_facts,
     contradictions,
     decay_anchor,
@@ -39,6 +41,31 @@ class PendingWrite:
     candidate: Candidate
 
 
+SlotKey = tuple[str, str | None, str | None, str | None, str | None]
+#: What a question can name to be answered first: a slot, or a memory type outside any slot
+#: (``("=type", "blocker")``: "where are we stuck").
+LeadKey = SlotKey | tuple[str, str]
+
+
+def slot_key(card: Candidate) -> SlotKey:
+    """Which slot a state card belongs to: scope, project, group, subject, label."""
+    return (card.scope, card.project_id, card.group_id, card.subject, card.label)
+
+
+def type_key(memory_type: str) -> tuple[str, str]:
+    return ("=type", memory_type)
+
+
+def leads_for(card: Candidate, named: set[LeadKey]) -> bool:
+    """Whether ``card`` is one of what the question names: a card of a named slot, or of a
+    named memory type outside any slot."""
+    if card.kind != "state":
+        return False
+    if card.label is None:
+        return card.memory_type is not None and type_key(card.memory_type) in named
+    return slot_key(card) in named
+
+
 @dataclass(frozen=True)
 class Tuning:
     decay: DecayPolicy = DecayPolicy()
@@ -47,6 +74,10 @@ class Tuning:
     top_n: int = 5
     aging_days: int = 180
     knowledge_stale_days: int = 90
+    #: Each route's weight in the fusion (a route not named weighs 1).
+    weights: Mapping[str, float] = field(default_factory=dict)
+    #: Most cards of named slots that lead an answer (every item of a multi-value slot, up to this).
+    slot_items: int = 20
 
 
 @dataclass
@@ -57,6 +88,8 @@ class Outcome:
     aging: list[UUID]
     stale: list[UUID]
     trace: dict[UUID, dict[str, Any]] = field(default_factory=dict)
+    #: The chosen cards that lead as a named slot's, whatever their scores.
+    led: frozenset[UUID] = frozenset()
 
 
 def overlay(candidates: Mapping[UUID, Candidate], scores: Mapping[UUID, float],
@@ -84,38 +117,26 @@ def overlay(candidates: Mapping[UUID, Candidate], scores: Mapping[UUID, float],
 
 
 def _same_slot(a: Candidate, b: Candidate) -> bool:
-    return a.is_single_state and (a.scope, a.project_id, a.group_id, a.subject, a.label) == (
-        b.scope, b.project_id, b.group_id, b.subject, b.label)
+    return a.is_single_state and slot_key(a) == slot_key(b)
 
 
-def process(rankings: Mapping[str, Sequence[UUID]], candidates: Mapping[UUID, Candidate], *,
+def process(rankings: Rankings, candidates: Mapping[UUID, Candidate], *,
             now: datetime, as_of: bool, current_project: str | None, tuning: Tuning = Tuning(),
             pending: Sequence[PendingWrite] = (), top: int | None = None,
             decay_at: datetime | None = None, explain: bool = True,
-            fused: Mapping[UUID, float] | None = None) -> Outcome:
+            fused: Mapping[UUID, float] | None = None, leads: Sequence[LeadKey] = ()) -> Outcome:
     """The whole chain; ``now`` is the query's reference time (the as-of moment for as-of);
     ``decay_at`` where decay counts to, when not ``now`` (a question about April: April's end).
     ``explain=False`` leaves the trace empty: the ranking is the same, and cheaper to make.
-    ``fused``: the RRF scores of ``rankings``, when the caller has them already."""
-    every = rrf(rankings, tuning.rrf_k) if fused is None else fused
+    ``fused``: the RRF scores of ``rankings``, when the caller has them already. ``leads``: the
+    slots the question names, whose valid cards come first."""
+    every = rrf(rankings, tuning.rrf_k, tuning.weights) if fused is None else fused
     fused = {card_id: every[card_id] for card_id in candidates if card_id in every}
     ranks = route_ranks(rankings) if explain else {}
     trace: dict[UUID, dict[str, Any]] = {
-        card_id: {"routes": ranks[card_id], "rrf": round(score, 6)}
+        card_id: {"routes": ranks.get(card_id, {}), "rrf": round(score, 6)}
         for card_id, score in fused.items()} if explain else {}
-    anchor = decay_at or now
-    scores: dict[UUID, float] = {}
-    for card_id, score in fused.items():
-        card = candidates[card_id]
-        days = max(0.0, (anchor - decay_anchor(card)).total_seconds() / 86_400)
-        rate = tuning.decay.rate(card)
-        factor = math.exp(-rate * days)
-        boost = tuning.boosts.factor(card, current_project)
-        scores[card_id] = score * factor * boost
-        if explain:
-            trace[card_id]["decay"] = {"lambda": rate, "days": round(days, 2),
-                                       "factor": round(factor, 6), "score": round(score * factor, 6)}
-            trace[card_id]["scope_boost"] = {"factor": boost, "score": round(scores[card_id], 6)}
+    scores = _decayed(fused, candidates, decay_at or now, current_project, tuning, trace)
     # a pending write is news of now: an as-of answer is about what was known then
     cards, scores, notes = overlay(candidates, scores, () if as_of else pending)
     for card_id, note in notes.items():
@@ -131,19 +152,62 @@ def process(rankings: Mapping[str, Sequence[UUID]], candidates: Mapping[UUID, Ca
         kept[card_id] = score
         if superseded and explain:
             trace[card_id]["superseded"] = "kept: the query is as-of"
-    ranked = top_n(kept, top or tuning.top_n)
+    named: set[LeadKey] = set(leads)
+    ranked = _lead_then_best(kept, cards, list(leads), top or tuning.top_n, tuning.slot_items)
     chosen = [cards[card_id] for card_id, _ in ranked]
     chosen_ids = {c.card_id for c in chosen}
+    led = frozenset(c.card_id for c in chosen if leads_for(c, named))
     alive = [cards[card_id] for card_id in kept]
     conflicts = [c for c in contradictions(alive) if chosen_ids & set(c.card_ids)]
     if explain:
         for position, (card_id, score) in enumerate(ranked, start=1):
-            trace[card_id]["final"] = {"rank": position, "score": round(score, 6)}
+            trace[card_id]["final"] = {"rank": position, "score": round(score, 6),
+                                       **({"lead": "a slot the question names"} if card_id in led else {})}
         for card_id in kept.keys() - chosen_ids:
             trace[card_id]["final"] = "below the top n"
     return Outcome(ranked=ranked, candidates=cards, contradictions=conflicts,
                    aging=aging_facts(chosen, now, tuning.aging_days),
-                   stale=stale_knowledge(chosen, now, tuning.knowledge_stale_days), trace=trace)
+                   stale=stale_knowledge(chosen, now, tuning.knowledge_stale_days), trace=trace,
+                   led=led)
+
+
+def _decayed(fused: Mapping[UUID, float], candidates: Mapping[UUID, Candidate], anchor: datetime,
+             current_project: str | None, tuning: Tuning, trace: dict[UUID, dict[str, Any]],
+             ) -> dict[UUID, float]:
+    """Decay (DESIGN rule 5) and scope boost of each fused score."""
+    scores: dict[UUID, float] = {}
+    for card_id, score in fused.items():
+        card = candidates[card_id]
+        days = age_days(card, anchor)
+        factor = tuning.decay.factor(card, days)
+        boost = tuning.boosts.factor(card, current_project)
+        scores[card_id] = score * factor * boost
+        if trace:
+            trace[card_id]["decay"] = {
+                "lambda": tuning.decay.rate(card), "days": round(days, 2), "factor": round(factor, 6),
+                "score": round(score * factor, 6),
+                **({"exempt": "the slot's valid value"} if tuning.decay.exempt(card) else {})}
+            trace[card_id]["scope_boost"] = {"factor": boost, "score": round(scores[card_id], 6)}
+    return scores
+
+
+def _lead_then_best(kept: Mapping[UUID, float], cards: Mapping[UUID, Candidate],
+                    leads: Sequence[LeadKey], top: int, most_led: int) -> list[tuple[UUID, float]]:
+    """The valid cards of the named slots first — the surest named first (``leads`` is in that
+    order), then the best scored; as many as there are, up to ``most_led`` — then the best of the
+    rest up to ``top`` in all."""
+    priority = {key: rank for rank, key in reversed(list(enumerate(leads)))}
+    led = {card_id: score for card_id, score in kept.items() if leads_for(cards[card_id], set(priority))}
+    newer = {card_id: decay_anchor(cards[card_id]) for card_id in kept}
+
+    def lead_rank(card_id: UUID) -> int:
+        card = cards[card_id]
+        key = slot_key(card) if card.label is not None else type_key(card.memory_type or "")
+        return priority[key]
+
+    first = sorted(top_n(led, len(led), newer), key=lambda item: lead_rank(item[0]))[:most_led]
+    rest = top_n({c: s for c, s in kept.items() if c not in led}, max(0, top - len(first)), newer)
+    return first + rest
 
 
 def pending_state(command: Any, result: Any, recorded_at: datetime) -> PendingWrite | None:

@@ -1,10 +1,6 @@
 """What a retrieval asks, and the one SQL predicate every route applies: tenant (row-level
-security), scope, and the bi-temporal window.
-
-A current query sees cards not retracted whose validity is still open (events always). An as-of
-query sees a card when ``card_versions`` holds a version known at ``known_at`` and valid at
-``valid_at`` (for an event, one that had happened by ``valid_at``). Merged knowledge cards are
-superseded by their survivor.
+security), scope, and the bi-temporal window (``projections.predicates``: current, or seen as of
+``valid_at`` / ``known_at``).
 """
 
 from __future__ import annotations
@@ -21,6 +17,8 @@ from psycopg import sql
 
 from domain.errors import InvalidCommandError
 from infra.settings import RetrievalSettings
+from projections import predicates
+from services.retrieval.scoring import Ranking
 from services.timeexpr import TimeRange, find_ranges, without_times
 
 MAX_QUERY_CHARS = 2_000
@@ -86,31 +84,16 @@ class RetrievalQuery:
         return self.window[0] if self.as_of else self.now
 
 
-_SCOPE_OF = """({a}.scope = 'personal'
-    OR ({a}.scope = 'project' AND {a}.project_id = %(project_id)s)
-    OR ({a}.scope = 'group' AND {a}.group_id = ANY(%(group_ids)s::text[]))
-    OR ({a}.scope = 'global' AND %(include_global)s))"""
-_SCOPE = _SCOPE_OF.format(a="c")
-
-_CURRENT = "c.retracted_at IS NULL AND c.valid_to IS NULL AND c.merged_into IS NULL AND " + _SCOPE
-
-_AS_OF = """EXISTS (SELECT 1 FROM {s}.card_versions v
-    WHERE v.tenant_id = c.tenant_id AND v.card_id = c.card_id
-      AND v.known @> %(known_at)s::timestamptz AND NOT v.retracted
-      AND CASE WHEN c.kind = 'event' THEN lower(v.valid) <= %(valid_at)s::timestamptz
-               ELSE v.valid @> %(valid_at)s::timestamptz END
-      AND v.status IS DISTINCT FROM 'merged') AND """ + _SCOPE
-
-
-def visible(query: RetrievalQuery, schema: str) -> sql.Composed:
+def visible(query: RetrievalQuery, schema: str) -> sql.Composable:
     """A condition on the card ``c`` (a row of ``cards``): may the query see it? Its parameters
-    come from :func:`parameters`. Checked row by row, so a route that has found 20 cards checks 20."""
-    return sql.SQL(_AS_OF if query.as_of else _CURRENT).format(s=sql.Identifier(schema))
+    come from :func:`parameters`. Checked row by row, so a route that has found 20 cards checks 20.
+    The predicates are the read models' own (``projections.predicates``)."""
+    return predicates.visible(schema, query.as_of)
 
 
 def scope_of(alias: str) -> sql.SQL:
     """The scope half of :func:`visible`, on any row with the card's scope columns."""
-    return sql.SQL(_SCOPE_OF.format(a=alias))
+    return predicates.scope_of(alias)
 
 
 def parameters(query: RetrievalQuery) -> dict[str, Any]:
@@ -126,7 +109,7 @@ class RouteContext:
     schema: str
     settings: RetrievalSettings
 
-    def visible(self, query: RetrievalQuery) -> sql.Composed:
+    def visible(self, query: RetrievalQuery) -> sql.Composable:
         return visible(query, self.schema)
 
     @property
@@ -136,10 +119,15 @@ class RouteContext:
 
 @dataclass(frozen=True)
 class Hits:
-    """A route's answer: card ids best first, and what it wants the diagnostics to say."""
+    """A route's answer: card ids best first, how strongly each was found (in (0, 1]; None: all
+    alike), and what the route wants the diagnostics to say."""
 
     ids: list[UUID]
     note: str | None = None
+    strengths: list[float] | None = None
+
+    def ranking(self) -> Ranking:
+        return Ranking(self.ids, self.strengths)
 
 
 #: For statements whose best plan does not depend on the values they are given (a walk from a few
@@ -161,7 +149,7 @@ class Route(Protocol):
         runs no statement), or None."""
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery,
-                 ctx: RouteContext) -> Hits: ...
+                 ctx: RouteContext, **extra: Any) -> Hits: ...
 
 
 class PlainRoute:

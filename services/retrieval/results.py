@@ -32,6 +32,9 @@ class RetrievedCard(BaseModel):
     source: str
     agent_id: str | None
     inference_confidence: float | None
+    #: A commitment's owner and due date (it reads ``overdue`` once past it, still open).
+    owner: str | None = None
+    due_at: datetime | None = None
     score: float
     explain: dict[str, Any] | None = None
 
@@ -75,6 +78,8 @@ class RouteReport(BaseModel):
 
 class Diagnostics(BaseModel):
     routes: dict[str, RouteReport]
+    #: The slot stage: which slots the question names and which lead the answer.
+    slots: RouteReport | None = None
     #: Notification id the tenant's read models include; pending writes past it were overlaid.
     projected_position: int | None = None
     overlaid_writes: int = 0

@@ -18,6 +18,7 @@ from uuid import UUID
 import psycopg
 
 from domain.errors import InvalidCommandError
+from domain.rules.commitments import reads_as
 from infra.embedders import Embedder
 from infra.settings import RetrievalSettings
 from projections.text import warm_up
@@ -38,6 +39,7 @@ from services.retrieval.results import (
 )
 from services.retrieval.scoring import Candidate, DecayPolicy, ScopeBoost, by_score, rrf
 from services.retrieval.semantic import SemanticRoute
+from services.retrieval.slots import SlotFinder, SlotHits
 from services.retrieval.tags import TagsRoute
 from services.retrieval.temporal import TemporalRoute
 
@@ -52,11 +54,18 @@ LOAD_FIRST, LOAD_PER_RESULT = 40, 8
 def tuning(settings: RetrievalSettings) -> Tuning:
     return Tuning(
         decay=DecayPolicy(settings.decay_single_value, settings.decay_multi_value,
-                          settings.decay_event, settings.decay_knowledge),
+                          settings.decay_event, settings.decay_knowledge,
+                          floor=settings.decay_floor, bounded=settings.decay == "bounded"),
         boosts=ScopeBoost(settings.boost_current_project, settings.boost_personal,
                           settings.boost_group, settings.boost_global),
         rrf_k=settings.rrf_k, top_n=settings.top_n, aging_days=settings.aging_days,
-        knowledge_stale_days=settings.knowledge_stale_days)
+        knowledge_stale_days=settings.knowledge_stale_days, weights=weights(settings),
+        slot_items=settings.slot_items)
+
+
+def weights(settings: RetrievalSettings) -> dict[str, float]:
+    """Each route's weight in the fusion, the slot stage's included."""
+    return {name: getattr(settings, f"weight_{name}") for name in (*ROUTES, "slots")}
 
 
 class Retriever:
@@ -72,17 +81,18 @@ class Retriever:
         self.tuning = tuning(settings)
         self.monotonic = monotonic
         self.unavailable: dict[str, str] = {}
-        first: list[Route] = [TagsRoute(), FuzzyRoute(), TemporalRoute()]
-        if embedder is not None and vector_search:
-            first.insert(0, SemanticRoute(embedder))
-        else:
+        semantic = SemanticRoute(embedder) if embedder is not None and vector_search else None
+        if semantic is None:
             self.unavailable["semantic"] = ("no embedder configured" if embedder is None else
                                             "this server cannot compute vector distances")
-        self.routes = first
+        self.slots = SlotFinder(semantic.array if semantic else None,
+                                semantic.embedder.embed if semantic else None)
+        first: list[Route] = [TagsRoute(self.slots.subjects), FuzzyRoute(), TemporalRoute()]
+        self.routes = [semantic, *first] if semantic is not None else first
         self.graph = GraphRoute()
         self.breakers = {name: RouteBreaker(settings.breaker_window, settings.breaker_p95_ms,
                                             settings.breaker_quarantine_s, settings.breaker_probe_s)
-                         for name in ROUTES}
+                         for name in (*ROUTES, "slots")}
         self.pool = ThreadPoolExecutor(max_workers=settings.route_threads, thread_name_prefix="route")
 
     def close(self) -> None:
@@ -100,13 +110,18 @@ class Retriever:
         started = time.perf_counter()
         reports = {name: RouteReport(status="unavailable", detail=why)
                    for name, why in self.unavailable.items()}
-        rankings = self._run(tenant_id, query, self.routes, reports, self.settings.route_timeout_ms)
-        fused = rrf(rankings, self.settings.rrf_k)
-        walked = self._run(tenant_id, query, [self.graph], reports, self.settings.graph_budget_ms,
-                           seeds=by_score(fused)[:self.settings.graph_seeds])
-        for card_id, score in rrf(walked, self.settings.rrf_k).items():  # RRF adds up per route
-            fused[card_id] = fused.get(card_id, 0.0) + score
+        found = self._run(tenant_id, query, [*self.routes, self.slots], reports,
+                          self.settings.route_timeout_ms)
+        rankings = {name: hits.ranking() for name, hits in found.items()}
+        fused = rrf(rankings, self.settings.rrf_k, self.tuning.weights)
+        walked = {name: hits.ranking() for name, hits in self._run(
+            tenant_id, query, [self.graph], reports, self.settings.graph_budget_ms,
+            seeds=by_score(fused)[:self.settings.graph_seeds]).items()}
+        for card_id, score in rrf(walked, self.settings.rrf_k, self.tuning.weights).items():
+            fused[card_id] = fused.get(card_id, 0.0) + score  # RRF adds up per route
         rankings |= walked
+        named = found.get("slots")
+        leads = named.leads if isinstance(named, SlotHits) else ()
         with self.read.tenant(tenant_id, GENERIC_PLANS) as conn:
             projected = self.read.position(conn, tenant_id) if pending else None
             unprojected = [w for w in pending if projected is None or w.position > projected]
@@ -115,45 +130,47 @@ class Retriever:
                 return process(rankings, candidates, now=query.reference_time, as_of=query.as_of,
                                current_project=query.project_id, tuning=self.tuning,
                                pending=unprojected, top=query.top_n, decay_at=decay_at(query),
-                               explain=query.explain, fused=fused)
+                               explain=query.explain, fused=fused, leads=leads)
 
-            outcome, records = self._load_and_rank(conn, query, fused, rank)
+            first = list(named.ids) if named is not None and leads else []
+            outcome, records = self._load_and_rank(conn, query, fused, rank, first)
             chosen = [outcome.candidates[card_id] for card_id, _ in outcome.ranked]
             arbitrations = load_arbitrations(
                 conn, self.ctx, query, [records[c.card_id]["aggregate_id"] for c in chosen
                                         if c.card_id in records])
+        slots = reports.pop("slots", None)
         return RetrievalResult(
             query=query.text, now=query.now,
             valid_at=query.window[0] if query.as_of else None,
             known_at=query.window[1] if query.as_of else None,
-            results=self._cards(outcome, records, pending, query.explain),
+            results=self._cards(outcome, records, pending, query),
             alerts=Alerts(
                 contradictions=[ContradictionAlert(card_ids=c.card_ids, reason=c.reason)
                                 for c in outcome.contradictions],
                 arbitrations=arbitrations, aging_facts=outcome.aging, stale_knowledge=outcome.stale),
-            diagnostics=Diagnostics(routes=reports, projected_position=projected,
+            diagnostics=Diagnostics(routes=reports, slots=slots, projected_position=projected,
                                     overlaid_writes=len(unprojected),
                                     candidates_found=len(fused), candidates_loaded=len(records),
                                     total_ms=round((time.perf_counter() - started) * 1000, 2)))
 
     def _load_and_rank(self, conn: psycopg.Connection[Any], query: RetrievalQuery,
                        fused: dict[UUID, float], rank: Callable[[dict[UUID, Candidate]], Outcome],
-                       ) -> tuple[Outcome, dict[UUID, dict[str, Any]]]:
-        """Load the candidates best fused first, and only as many as can still reach the top:
-        decay never raises a score and no card is boosted more than the query's largest scope
-        boost, so a card left unloaded scores at most its fused score times that boost. While the
-        n-th score does not beat that for the best card left, as many again are loaded (decay
-        can sink the first ones far below their fused scores). Then the cards that would share
-        an alert with a chosen one (its slot, a ``contradicts`` edge) are loaded too.
-        ``explain`` loads every candidate, for the trace."""
-        order = by_score(fused)
+                       first: Sequence[UUID] = ()) -> tuple[Outcome, dict[UUID, dict[str, Any]]]:
+        """Load the candidates — the named slots' cards (``first``), then the best fused — and
+        only as many as can still reach the top: decay never raises a score and no card is
+        boosted more than the query's largest scope boost, so a card left unloaded scores at most
+        its fused score times that boost. While the last card chosen on its score does not beat
+        that for the best card left, as many again are loaded. Then the cards that would share an
+        alert with a chosen one (its slot, a ``contradicts`` edge) are loaded too. ``explain``
+        loads every candidate, for the trace."""
+        order = list(dict.fromkeys([*first, *by_score(fused)]))
         top = query.top_n or self.tuning.top_n
-        loaded = len(order) if query.explain else max(LOAD_FIRST, LOAD_PER_RESULT * top)
+        loaded = len(order) if query.explain else max(LOAD_FIRST, LOAD_PER_RESULT * top) + len(first)
         candidates, records = load_candidates(conn, self.ctx, query, order[:loaded])
         outcome = rank(candidates)
         largest = self.tuning.boosts.largest(query.project_id)
-        while loaded < len(order) and (len(outcome.ranked) < top
-                                       or outcome.ranked[-1][1] <= fused[order[loaded]] * largest):
+        while loaded < len(order) and (len(outcome.ranked) < top or _last_scored(outcome)
+                                       <= fused.get(order[loaded], 0.0) * largest):
             more, more_records = load_candidates(conn, self.ctx, query, order[loaded:2 * loaded])
             candidates, records, loaded = candidates | more, records | more_records, 2 * loaded
             outcome = rank(candidates)
@@ -170,20 +187,23 @@ class Retriever:
         return rank(candidates | more), records | more_records
 
     def _cards(self, outcome: Outcome, records: dict[UUID, dict[str, Any]],
-               pending: Sequence[PendingWrite], explain: bool) -> list[RetrievedCard]:
+               pending: Sequence[PendingWrite], query: RetrievalQuery) -> list[RetrievedCard]:
         written = {w.candidate.card_id: w for w in pending}
         cards = []
         for card_id, score in outcome.ranked:
             card = outcome.candidates[card_id]
             record = records.get(card_id) or _pending_record(written[card_id])
             superseded = card.superseded or bool(record.get("superseded"))
-            cards.append(RetrievedCard(**{**record, "superseded": superseded,
-                                          "valid_to": card.valid_to, "score": round(score, 6),
-                                          "explain": outcome.trace.get(card_id) if explain else None}))
+            cards.append(RetrievedCard(**{
+                **record, "superseded": superseded, "valid_to": card.valid_to,
+                "status": reads_as(record.get("memory_type"), record.get("status"),
+                                   record.get("due_at"), query.reference_time),
+                "score": round(score, 6),
+                "explain": outcome.trace.get(card_id) if query.explain else None}))
         return cards
 
     def _run(self, tenant_id: str, query: RetrievalQuery, routes: Sequence[Route],
-             reports: dict[str, RouteReport], budget_ms: float, **extra: Any) -> dict[str, list[UUID]]:
+             reports: dict[str, RouteReport], budget_ms: float, **extra: Any) -> dict[str, Hits]:
         futures: dict[str, Future[tuple[Hits, float]]] = {}
         for route in routes:
             if self.breakers[route.name].allow(self.monotonic()):
@@ -215,7 +235,7 @@ class Retriever:
             breaker.record(ms, self.monotonic())
             reports[name] = RouteReport(status="ok", hits=len(hits.ids), ms=round(ms, 2),
                                         detail=hits.note)
-            rankings[name] = hits.ids
+            rankings[name] = hits
         return rankings
 
     def _call(self, route: Route, tenant_id: str, query: RetrievalQuery, budget_ms: float,
@@ -224,7 +244,7 @@ class Retriever:
         if (reason := route.idle(query, **extra)) is not None:
             return Hits([], reason), (time.perf_counter() - started) * 1000
         with self.route_transaction(route, tenant_id, budget_ms) as conn:
-            hits = route(conn, query, self.ctx, **extra)
+            hits = route(conn, query, self.ctx, tenant_id=tenant_id, **extra)
         return hits, (time.perf_counter() - started) * 1000
 
     @contextmanager
@@ -251,6 +271,13 @@ def decay_at(query: RetrievalQuery) -> datetime:
     return min([query.reference_time, *(r.end for r in ranges[-1:])])
 
 
+def _last_scored(outcome: Outcome) -> float:
+    """The lowest score among the cards chosen on their score (the named slots' lead whatever
+    their scores)."""
+    scored = [score for card_id, score in outcome.ranked if card_id not in outcome.led]
+    return min(scored, default=float("inf"))
+
+
 def _pending_record(write: PendingWrite) -> dict[str, Any]:
     c = write.candidate
     return {"card_id": c.card_id, "aggregate_id": c.card_id, "kind": c.kind, "memory_type": "fact",
@@ -259,4 +286,4 @@ def _pending_record(write: PendingWrite) -> dict[str, Any]:
             "status": None, "valid_from": c.valid_from, "valid_to": c.valid_to,
             "occurred_at": c.occurred_at, "recorded_at": c.recorded_at, "verified_at": c.verified_at,
             "superseded": c.superseded, "source": "pending", "agent_id": None,
-            "inference_confidence": None}
+            "inference_confidence": None, "due_at": None, "owner": None}

@@ -36,6 +36,7 @@ class Candidate:
     superseded: bool
     edges: tuple[tuple[str, UUID], ...] = ()
     group_id: str | None = None
+    memory_type: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -56,16 +57,46 @@ class Contradiction:
     reason: str
 
 
-def rrf(rankings: Mapping[str, Sequence[UUID]], k: int = 60) -> dict[UUID, float]:
-    """Reciprocal Rank Fusion: Σ over routes of 1 / (k + rank), rank from 1; repeats in a route count
-    once, at their best rank (the ranks :func:`route_ranks` reports)."""
+@dataclass(frozen=True)
+class Ranking:
+    """A route's answer for fusion: card ids best first, and how strongly the route found each one
+    (in (0, 1]: a similarity, a share of the query's term weight; None: every hit at full
+    strength)."""
+
+    ids: Sequence[UUID]
+    strengths: Sequence[float] | None = None
+
+    def __post_init__(self) -> None:
+        if self.strengths is not None and len(self.strengths) != len(self.ids):
+            raise ValueError("a ranking needs one strength per id")
+
+    def strength(self, index: int) -> float:
+        return 1.0 if self.strengths is None else self.strengths[index]
+
+
+Rankings = Mapping[str, "Ranking | Sequence[UUID]"]
+
+
+def as_ranking(found: Ranking | Sequence[UUID]) -> Ranking:
+    return found if isinstance(found, Ranking) else Ranking(found)
+
+
+def rrf(rankings: Rankings, k: int = 60, weights: Mapping[str, float] | None = None) -> dict[UUID, float]:
+    """Reciprocal Rank Fusion that keeps what a route knows about strength: Σ over routes of
+    ``weight × strength / (k + rank)``, rank from 1; repeats in a route count once, at their best
+    rank (the ranks :func:`route_ranks` reports). With every strength and weight 1 it is plain
+    RRF. Ranks alone compress — ranks 1 and 4 of a route differ by under 5 % at k = 60 — so a
+    route that measures how well a card matches says so through the strength."""
     scores: dict[UUID, float] = {}
-    for ids in rankings.values():
+    for route, found in rankings.items():
+        ranking = as_ranking(found)
+        weight = 1.0 if weights is None else weights.get(route, 1.0)
         seen: set[UUID] = set()
-        for rank, card_id in enumerate(ids, start=1):
+        for index, card_id in enumerate(ranking.ids):
             if card_id not in seen:
                 seen.add(card_id)
-                scores[card_id] = scores.get(card_id, 0.0) + 1.0 / (k + rank)
+                contribution = weight * ranking.strength(index) / (k + index + 1)
+                scores[card_id] = scores.get(card_id, 0.0) + contribution
     return scores
 
 
@@ -75,20 +106,25 @@ def by_score(scores: Mapping[UUID, float]) -> list[UUID]:
     return sorted(scores, key=lambda card_id: (-scores[card_id], card_id.int))
 
 
-def route_ranks(rankings: Mapping[str, Sequence[UUID]]) -> dict[UUID, dict[str, int]]:
+def route_ranks(rankings: Rankings) -> dict[UUID, dict[str, int]]:
     """Each card's 1-based rank per route that found it (its best rank there), for ``explain``."""
     ranks: dict[UUID, dict[str, int]] = {}
-    for route, ids in rankings.items():
-        for rank, card_id in enumerate(ids, start=1):
+    for route, found in rankings.items():
+        for rank, card_id in enumerate(as_ranking(found).ids, start=1):
             ranks.setdefault(card_id, {}).setdefault(route, rank)
     return ranks
 
 
 @dataclass(frozen=True)
 class DecayPolicy:
-    """λ per day for ``score × e^(−λ·Δt)``; the half-life is ln 2 / λ.
+    """Half-life decay as a bounded prior (DESIGN rule 5): ``β + (1 − β)·e^(−λ·Δt_days)``, so a
+    card keeps at least ``floor`` (β) of its relevance however old it is; the half-life of the
+    decaying part is ln 2 / λ. ``bounded=False`` is the old rule, ``e^(−λ·Δt)`` for every card
+    (kept as a setting so benchmarks can show the difference).
 
-    single_value 0.02 (~35 days): an address or job title is replaced, so an old one is likely wrong.
+    single_value 0.02 (~35 days): an address or job title is replaced, so an old one is likely wrong
+    — but the value a slot holds at the asked moment is the answer, not decayed for its age
+    (:meth:`exempt`: its age is the aging warning's business).
     multi_value 0.005 (~139 days): skills and interests accumulate; an old one is still mostly true.
     event 0.01 (~69 days): an event never stops having happened, so it fades slower than a single-value
     fact; its relevance, not its truth, declines.
@@ -100,11 +136,28 @@ class DecayPolicy:
     multi_value: float = 0.005
     event: float = 0.01
     knowledge: float = 0.003
+    floor: float = 0.5
+    bounded: bool = True
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.floor <= 1.0:
+            raise ValueError(f"the decay floor lies in [0, 1], got {self.floor}")
 
     def rate(self, candidate: Candidate) -> float:
         if candidate.kind == "state":
             return self.single_value if candidate.cardinality == "single_value" else self.multi_value
         return self.event if candidate.kind == "event" else self.knowledge
+
+    def exempt(self, candidate: Candidate) -> bool:
+        """The valid value of a single-value slot at the asked moment: never decayed."""
+        return self.bounded and candidate.is_single_state and not candidate.superseded
+
+    def factor(self, candidate: Candidate, days: float) -> float:
+        """What ``days`` of age (≥ 0) leave of ``candidate``'s relevance."""
+        if self.exempt(candidate):
+            return 1.0
+        fading = math.exp(-self.rate(candidate) * max(0.0, days))
+        return self.floor + (1.0 - self.floor) * fading if self.bounded else fading
 
 
 def _later(*times: datetime | None) -> datetime:
@@ -120,13 +173,17 @@ def decay_anchor(candidate: Candidate) -> datetime:
     return _later(world or candidate.recorded_at, candidate.verified_at)
 
 
+def age_days(candidate: Candidate, moment: datetime) -> float:
+    """Days from :func:`decay_anchor` up to ``moment`` (the asked moment); 0 for an anchor after it."""
+    return max(0.0, (moment - decay_anchor(candidate)).total_seconds() / 86_400)
+
+
 DEFAULT_DECAY = DecayPolicy()
 
 
 def decay(score: float, candidate: Candidate, now: datetime, policy: DecayPolicy = DEFAULT_DECAY) -> float:
-    """``score × e^(−λ·Δt_days)``; an anchor in the future counts as Δt = 0."""
-    days = max(0.0, (now - decay_anchor(candidate)).total_seconds() / 86_400)
-    return score * math.exp(-policy.rate(candidate) * days)
+    """``score`` times what its age up to ``now`` leaves of it (:meth:`DecayPolicy.factor`)."""
+    return score * policy.factor(candidate, age_days(candidate, now))
 
 
 @dataclass(frozen=True)
@@ -222,8 +279,13 @@ def _older_than(anchors: list[tuple[datetime, UUID]], now: datetime, days: float
     return [card_id for anchor, card_id in sorted(anchors) if now - anchor >= limit]
 
 
-def top_n(scored: Mapping[UUID, float], n: int = 5) -> list[tuple[UUID, float]]:
-    """The ``n`` highest scores, highest first; equal scores in card_id order."""
+def top_n(scored: Mapping[UUID, float], n: int = 5,
+          newer: Mapping[UUID, datetime] | None = None) -> list[tuple[UUID, float]]:
+    """The ``n`` highest scores, highest first; equal scores the newer first (``newer``: each
+    card's decay anchor, when given), then in card_id order."""
     if n <= 0:
         return []
-    return sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:n]
+    if newer is None:
+        return sorted(scored.items(), key=lambda item: (-item[1], item[0]))[:n]
+    return sorted(scored.items(),
+                  key=lambda item: (-item[1], -newer[item[0]].timestamp(), item[0]))[:n]

@@ -25,6 +25,10 @@ WHERE c.kind = 'event' AND ({ranges}) AND {visible}
 ORDER BY c.occurred_at DESC, c.card_id LIMIT %(limit)s"""
 _OCCURRED = "(c.occurred_at >= %(lo{i})s AND c.occurred_at < %(hi{i})s)"
 
+#: How strongly a state whose validity began or ended in the range answers a question about that
+#: time, next to an event that happened in it.
+CHANGE_STRENGTH = 0.6
+
 _CHANGES = """SELECT c.card_id FROM {s}.cards c
 WHERE c.kind <> 'event' AND ({ranges}) AND {visible}
 ORDER BY coalesce(c.occurred_at, c.valid_from) DESC, c.card_id LIMIT %(limit)s"""
@@ -38,14 +42,17 @@ class TemporalRoute(PlainRoute):
     def idle(self, query: RetrievalQuery, **extra: Any) -> str | None:
         return None if query.time_ranges else "no time expression"
 
-    def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext) -> Hits:
+    def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext,
+                 **extra: Any) -> Hits:
         if (reason := self.idle(query)) is not None:
             return Hits([], reason)
         ranges = query.time_ranges
         bounds = {f"{name}{i}": value for i, r in enumerate(ranges)
                   for name, value in (("lo", r.start), ("hi", r.end))}
         found: list[UUID] = []
-        for template, part in ((_EVENTS, _OCCURRED), (_CHANGES, _CHANGED)):
+        strengths: list[float] = []
+        for (template, part), strength in zip(((_EVENTS, _OCCURRED), (_CHANGES, _CHANGED)),
+                                              (1.0, CHANGE_STRENGTH), strict=True):
             room = ctx.settings.temporal_limit - len(found)
             if room <= 0:
                 break
@@ -54,5 +61,6 @@ class TemporalRoute(PlainRoute):
                 ranges=sql.SQL(" OR ".join(part.format(i=i) for i in range(len(ranges)))))
             rows = conn.execute(statement, {**parameters(query), **bounds, "limit": room}).fetchall()
             found += [row["card_id"] for row in rows]
+            strengths += [strength] * len(rows)
         note = "; ".join(f"{r.expression!r} → [{r.start.isoformat()}, {r.end.isoformat()})" for r in ranges)
-        return Hits(found, note)
+        return Hits(found, note, strengths)

@@ -18,8 +18,10 @@ first size to the next.
 At each size, after a warm-up, the bench queries (mixed zh / en; some with time words such as
 上週 / "last week", some with tag words; half in project ``proj-a``) run one after the other:
 
-- fused: ``Queries.search`` end to end as the caller sees it (wall clock), with every route's
-  time from the diagnostics and what is left besides the routes;
+- fused: ``Queries.search`` end to end as the caller sees it (wall clock), the question's
+  embedding included ("as paid", the headline figure), and again with it cached (the figure
+  releases before this one printed), with every route's time from the diagnostics and what is left
+  besides the routes;
 - bare: ``SELECT card_id FROM card_embeddings ORDER BY embedding <=> $1 LIMIT 20`` as the runtime
   role, timed as its whole transaction (the tenant set, the query, the commit), at pgvector's
   default ``hnsw.ef_search`` (the planner's choice of plan is printed: it may be an exact scan)
@@ -66,6 +68,7 @@ from infra.postgres import admin_database, bootstrap, runtime_database, vector_s
 from infra.settings import RetrievalSettings, Settings
 from projections.cards import _text_columns
 from projections.ops import CARD_COLUMNS, SLOT_COLUMNS
+from projections.text import slot_words
 from services.factory import create_queries
 from services.queries import Queries
 from services.retrieval.breaker import nearest_rank
@@ -314,7 +317,8 @@ class Generator:
         if slot_id is None:
             slot_id = self.slots[key] = self._id()
             row = {"tenant_id": self.tenant, "slot_id": slot_id, "group_id": None, "subject": subject,
-                   "label": label, "cardinality": LABELS[label][0], "project_id": None, **scope}
+                   "label": label, "cardinality": LABELS[label][0], "project_id": None,
+                   "slot_words": list(slot_words(subject, label)), **scope}
             self.batch.nodes.append((self.tenant, slot_id, "slot"))
             self.batch.slots.append(tuple(row[c] for c in SLOT_COLUMNS))
         return slot_id, scope
@@ -329,8 +333,9 @@ class Generator:
         embedded = f"{subject} {label.replace('_', ' ')}: {value}"
         self._add(self._id(), embedded, state_base(label, value), aggregate_id=slot_id, kind="state",
                   memory_type=memory_type, subject=subject, label=label, cardinality=cardinality,
-                  content=value, valid_from=since, recorded_at=min(self.now, since + timedelta(hours=1)),
-                  **scope, **self._text(value, None, ()))
+                  slot_words=list(slot_words(subject, label)), content=value, valid_from=since,
+                  recorded_at=min(self.now, since + timedelta(hours=1)), **scope,
+                  **self._text(value, None, ()))
 
     def _commitment(self) -> None:
         rng = self.rng
@@ -504,9 +509,13 @@ def bench_queries(count: int, seed: int = 11) -> list[BenchQuery]:
     return out
 
 
+def semantic_route(queries: Queries) -> SemanticRoute:
+    return next(r for r in queries.retriever.routes if isinstance(r, SemanticRoute))
+
+
 def embed_queries(queries: Queries, wanted: list[BenchQuery]) -> list[BenchQuery]:
     """The semantic route's own (cached) query vectors, computed now and timed."""
-    route = next(r for r in queries.retriever.routes if isinstance(r, SemanticRoute))
+    route = semantic_route(queries)
     times: dict[str, float] = {}
     out = []
     for query in wanted:
@@ -516,8 +525,8 @@ def embed_queries(queries: Queries, wanted: list[BenchQuery]) -> list[BenchQuery
         out.append(BenchQuery(query.text, query.project_id, vector))
     fresh = list(times.values())
     print(f"query embedding  p50 {statistics.median(fresh):.1f} ms, p95 {nearest_rank(fresh):.1f} ms "
-          f"(one text, {route.embedder.model}; {len(fresh)} distinct queries; excluded from the "
-          "figures below)", flush=True)
+          f"(one text, {route.embedder.model}; {len(fresh)} distinct queries; included in the "
+          "'fused, as paid' figures below, not in the others)", flush=True)
     return out
 
 
@@ -598,6 +607,9 @@ def route_plans(queries: Queries) -> list[str]:
 @dataclass
 class Figures:
     size: int
+    #: Queries.search as a caller pays it, the question's embedding included …
+    paid: list[float] = field(default_factory=list)
+    #: … and with the embedding already cached (the figure earlier releases printed).
     fused: list[float] = field(default_factory=list)
     bare: list[float] = field(default_factory=list)
     bare_route_ef: list[float] = field(default_factory=list)
@@ -612,11 +624,18 @@ class Figures:
     route_plans: list[str] = field(default_factory=list)
 
 
-def fused(queries: Queries, query: BenchQuery, figures: Figures | None) -> None:
+def fused(queries: Queries, query: BenchQuery, figures: Figures | None, *, embed: bool = False) -> None:
+    """One search, timed; with ``embed`` the question's embedding is computed inside it (the
+    semantic route's cache emptied first), as a caller with a new question pays it."""
+    if embed:
+        semantic_route(queries).forget()
     started = time.perf_counter()
     result = queries.search(MAIN, queries.query(query.text, project_id=query.project_id))
     wall = (time.perf_counter() - started) * 1000
     if figures is None:
+        return
+    if embed:
+        figures.paid.append(wall)
         return
     figures.fused.append(wall)
     reports = result.diagnostics.routes
@@ -638,13 +657,15 @@ def measure(queries: Queries, bare: Bare, wanted: list[BenchQuery], size: int, r
     started = time.perf_counter()
     for i, query in enumerate(wanted):
         if i % 2:  # alternate which goes first, so neither always meets the other's leftovers
+            fused(queries, query, figures, embed=True)
             fused(queries, query, figures)
         figures.bare.append(bare(query.vector)[1])
         figures.bare_route_ef.append(bare(query.vector, ef=route_ef)[1])
         if not i % 2:
             fused(queries, query, figures)
-    print(f"  {len(wanted)} fused + {2 * len(wanted)} bare queries in {time.perf_counter() - started:.1f} s",
-          flush=True)
+            fused(queries, query, figures, embed=True)
+    print(f"  {2 * len(wanted)} fused + {2 * len(wanted)} bare queries in "
+          f"{time.perf_counter() - started:.1f} s", flush=True)
     recall(bare, wanted, figures, route_ef)
     return figures
 
@@ -669,19 +690,22 @@ def _p(samples: Sequence[float]) -> tuple[float, float]:
 
 
 def report(figures: Figures) -> None:
-    fused_p = _p(figures.fused)
+    paid_p, fused_p = _p(figures.paid), _p(figures.fused)
     bare_p, route_p, exact_p = _p(figures.bare), _p(figures.bare_route_ef), _p(figures.exact)
     route_ef = next(iter(k for k in figures.overlap if k != "ef_search 40"), "")
     print(f"\n== {figures.size:,} cards (tenant {MAIN}; {figures.size // NOISE_DIVISOR:,} more in "
           f"{NOISE}) ==")
-    print(f"fused            p50 {fused_p[0]:7.1f} ms   p95 {fused_p[1]:7.1f} ms   (Queries.search, wall)")
+    print(f"fused, as paid   p50 {paid_p[0]:7.1f} ms   p95 {paid_p[1]:7.1f} ms   (Queries.search, wall, "
+          "the question's embedding included)")
+    print(f"fused, cached    p50 {fused_p[0]:7.1f} ms   p95 {fused_p[1]:7.1f} ms   (the same with the "
+          "embedding already cached)")
     print(f"bare top-20      p50 {bare_p[0]:7.1f} ms   p95 {bare_p[1]:7.1f} ms   (ef_search 40; plan: "
           f"{figures.plan})")
     print(f"bare top-20      p50 {route_p[0]:7.1f} ms   p95 {route_p[1]:7.1f} ms   ({route_ef}, as the "
           "semantic route)")
     print(f"exact top-20     p50 {exact_p[0]:7.1f} ms   p95 {exact_p[1]:7.1f} ms   (enable_indexscan off)")
-    print(f"ratio fused p95 / bare p95: {fused_p[1] / bare_p[1]:.1f}×  "
-          f"(/ bare at {route_ef}: {fused_p[1] / route_p[1]:.1f}×)")
+    print(f"ratio fused p95 (as paid) / bare p95: {paid_p[1] / bare_p[1]:.1f}×  "
+          f"(/ bare at {route_ef}: {paid_p[1] / route_p[1]:.1f}×; cached: {fused_p[1] / bare_p[1]:.1f}×)")
     for name, shares in figures.overlap.items():
         returned = statistics.mean(figures.returned[name])
         print(f"HNSW top-5 overlap with exact, {name:<14} {statistics.mean(shares):.3f}  "
@@ -704,14 +728,15 @@ def report(figures: Figures) -> None:
 def summary(all_figures: list[Figures], route_ef: int) -> None:
     print("\n== summary ==  (bare: the top-20 query at pgvector's default ef_search 40 / at the "
           f"semantic route's {route_ef})")
-    print("   cards   fused p50   fused p95   bare p95 (40)   bare p95 (route)   ratio (40)   ratio (route)"
-          "   p95 ≤ 50 ms")
+    print("fused: as a caller pays it, the question's embedding included (cached: without it)")
+    print("   cards   fused p50   fused p95   cached p95   bare p95 (40)   bare p95 (route)   ratio (40)"
+          "   ratio (route)   p95 ≤ 50 ms")
     for f in all_figures:
-        fused_p, bare_p, route_p = _p(f.fused), _p(f.bare), _p(f.bare_route_ef)
+        paid_p, fused_p, bare_p, route_p = _p(f.paid), _p(f.fused), _p(f.bare), _p(f.bare_route_ef)
         scan = "index" if "hnsw" in f.plan else "seq scan"
-        print(f"{f.size:>8,} {fused_p[0]:9.1f}ms {fused_p[1]:9.1f}ms {bare_p[1]:8.1f}ms {scan:<8} "
-              f"{route_p[1]:11.1f}ms {_ratio(fused_p[1], bare_p[1]):>14} {_ratio(fused_p[1], route_p[1]):>15}"
-              f"   {_verdict(fused_p[1] <= TARGET_P95_MS):>11}")
+        print(f"{f.size:>8,} {paid_p[0]:9.1f}ms {paid_p[1]:9.1f}ms {fused_p[1]:10.1f}ms {bare_p[1]:8.1f}ms "
+              f"{scan:<8} {route_p[1]:11.1f}ms {_ratio(paid_p[1], bare_p[1]):>14} "
+              f"{_ratio(paid_p[1], route_p[1]):>15}   {_verdict(paid_p[1] <= TARGET_P95_MS):>11}")
     print(f"(targets at 100,000 cards: fused p95 ≤ {TARGET_P95_MS:.0f} ms and ≤ {TARGET_RATIO:.0f}× the bare "
           f"p95; {os.cpu_count()} CPUs, shared with other work)")
 

@@ -16,6 +16,7 @@ from infra.postgres import Database, projector_database
 from infra.settings import Settings
 from projections.replay import swap
 from projections.schema import create_read_indexes, create_read_schema
+from projections.text import slot_words
 from tests.support import new_tenant
 
 pytestmark = pytest.mark.integration
@@ -39,6 +40,8 @@ def put_card(conn: psycopg.Connection[Any], schema: str, tenant: str, **values: 
     row = {"tenant_id": tenant, "card_id": card_id, "aggregate_id": uuid.uuid4(), "kind": "state",
            "memory_type": "fact", "scope": "personal", "content": "x", "recorded_at": NOW,
            "updated_at": NOW, "source": "user_stated", "valid_from": NOW, **values}
+    if row.get("label"):  # what the projection takes from the card's slot
+        row["slot_words"] = list(slot_words(row.get("subject"), row["label"]))
     s = sql.Identifier(schema)
     conn.execute(sql.SQL("INSERT INTO {}.nodes (tenant_id, node_id, node_kind) VALUES (%s, %s, 'card')")
                  .format(s), (tenant, card_id))

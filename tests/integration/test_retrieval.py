@@ -35,14 +35,14 @@ TALK_AT = START + timedelta(days=1)  # occurred_at is read before the write adva
 class Boom(PlainRoute):
     name = "tags"
 
-    def __call__(self, conn: Any, query: Any, ctx: Any) -> Hits:
+    def __call__(self, conn: Any, query: Any, ctx: Any, **extra: Any) -> Hits:
         raise RuntimeError("index corrupted")
 
 
 class Slow(PlainRoute):
     name = "fuzzy"
 
-    def __call__(self, conn: Any, query: Any, ctx: Any) -> Hits:
+    def __call__(self, conn: Any, query: Any, ctx: Any, **extra: Any) -> Hits:
         conn.execute("SELECT pg_sleep(2)")
         return Hits([])
 

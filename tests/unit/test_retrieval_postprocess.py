@@ -8,8 +8,8 @@ from uuid import UUID
 
 import pytest
 
-from services.retrieval.postprocess import PendingWrite, Tuning, overlay, process
-from services.retrieval.scoring import Candidate, Contradiction, DecayPolicy
+from services.retrieval.postprocess import PendingWrite, Tuning, overlay, process, slot_key, type_key
+from services.retrieval.scoring import Candidate, Contradiction, DecayPolicy, Ranking
 
 NOW = datetime(2026, 11, 1, 12, tzinfo=UTC)
 A, B, C, D, E, F = (UUID(int=n) for n in range(1, 7))
@@ -39,7 +39,7 @@ def by_id(*cards: Candidate) -> dict[UUID, Candidate]:
     return {c.card_id: c for c in cards}
 
 
-def run(rankings: dict[str, list[UUID]], cards: dict[UUID, Candidate], **options: Any) -> Any:
+def run(rankings: dict[str, Any], cards: dict[UUID, Candidate], **options: Any) -> Any:
     options = {"now": NOW, "as_of": False, "current_project": None, **options}
     return process(rankings, cards, **options)
 
@@ -69,17 +69,43 @@ class TestFusion:
         assert (outcome.ranked, outcome.contradictions, outcome.aging, outcome.stale) == ([], [], [], [])
 
 
-class TestDecay:
-    def test_the_score_is_rrf_times_the_decay_factor(self) -> None:
-        outcome = run({"semantic": [A]}, by_id(labelled(A, scope="group", group_id="g", valid_from=ago(10))))
-        assert outcome.ranked[0][1] == pytest.approx(1 / 61 * math.exp(-0.2))
+def event(card_id: UUID, days: float, **fields: Any) -> Candidate:
+    return card(card_id, kind="event", cardinality=None, label=None, subject=None,
+                occurred_at=ago(days), valid_from=ago(days), **fields)
 
-    def test_an_old_top_hit_falls_below_a_fresh_second(self) -> None:
-        cards = by_id(labelled(A, valid_from=ago(100)), labelled(B, valid_from=NOW))
-        assert ids(run({"semantic": [A, B]}, cards)) == [B, A]
+
+def fading(rate: float, days: float) -> float:
+    return 0.5 + 0.5 * math.exp(-rate * days)
+
+
+class TestDecay:
+    def test_the_score_is_rrf_times_the_bounded_decay_factor(self) -> None:
+        outcome = run({"semantic": [A]}, by_id(event(A, 10, scope="group", group_id="g")))
+        assert outcome.ranked[0][1] == pytest.approx(1 / 61 * fading(0.01, 10))
+
+    def test_the_valid_value_of_a_slot_is_not_decayed_for_its_age(self) -> None:
+        """The measured cause: ×0.05 for a 150-day-old address sank it under fresh noise."""
+        address = labelled(A, scope="group", group_id="g", valid_from=ago(150))
+        outcome = run({"semantic": [A]}, by_id(address))
+        assert outcome.ranked[0][1] == pytest.approx(1 / 61)
+        assert outcome.trace[A]["decay"]["factor"] == 1.0
+        assert outcome.trace[A]["decay"]["exempt"] == "the slot's valid value"
+
+    def test_an_old_address_beats_a_fresher_weaker_event(self) -> None:
+        cards = by_id(labelled(A, valid_from=ago(150)), event(B, 1))
+        assert ids(run({"semantic": [A, B]}, cards)) == [A, B]
+
+    def test_decay_never_buries_a_far_better_match(self) -> None:
+        cards = by_id(event(A, 1000), event(B, 0))
+        rankings = {"semantic": Ranking([A, B], [1.0, 0.4])}
+        assert ids(run(rankings, cards)) == [A, B]  # 1.0 × 0.5 floor beats 0.4 fresh
+
+    def test_recency_still_orders_events_of_equal_relevance(self) -> None:
+        cards = by_id(event(A, 100), event(B, 1))
+        assert ids(run({"semantic": Ranking([A, B], [1.0, 1.0])}, cards)) == [B, A]
 
     def test_decay_counts_from_the_reference_time_not_the_wall_clock(self) -> None:
-        cards = by_id(labelled(A, valid_from=ago(100)), labelled(B, valid_from=NOW))
+        cards = by_id(event(A, 100), event(B, 0))
         outcome = run({"semantic": [A, B]}, cards, now=ago(100), as_of=True)
         assert ids(outcome) == [A, B]
         assert outcome.trace[A]["decay"]["days"] == 0
@@ -87,15 +113,60 @@ class TestDecay:
 
     def test_multi_value_cards_decay_by_their_own_rate(self) -> None:
         multi = labelled(B, cardinality="multi_value", valid_from=ago(50))
-        cards = by_id(labelled(A, valid_from=ago(50)), multi)
+        cards = by_id(event(A, 50), multi)
         outcome = run({"semantic": [A, B]}, cards)
         assert ids(outcome) == [B, A]
-        assert (outcome.trace[A]["decay"]["lambda"], outcome.trace[B]["decay"]["lambda"]) == (0.02, 0.005)
+        assert (outcome.trace[A]["decay"]["lambda"], outcome.trace[B]["decay"]["lambda"]) == (0.01, 0.005)
 
     def test_the_decay_policy_comes_from_the_tuning(self) -> None:
-        cards = by_id(labelled(A, scope="group", group_id="g", valid_from=ago(10)))
-        outcome = run({"semantic": [A]}, cards, tuning=Tuning(decay=DecayPolicy(single_value=0.1)))
+        cards = by_id(event(A, 10, scope="group", group_id="g"))
+        outcome = run({"semantic": [A]}, cards, tuning=Tuning(decay=DecayPolicy(event=0.1, floor=0.0)))
         assert outcome.ranked[0][1] == pytest.approx(1 / 61 * math.exp(-1.0))
+
+    def test_unbounded_decay_buries_the_old_address_as_it_used_to(self) -> None:
+        cards = by_id(labelled(A, valid_from=ago(150)), event(B, 1))
+        old = Tuning(decay=DecayPolicy(bounded=False))
+        assert ids(run({"semantic": [A, B]}, cards, tuning=old)) == [B, A]
+
+
+class TestStrengths:
+    def test_a_route_s_strength_scales_its_contribution(self) -> None:
+        cards = by_id(labelled(A, scope="group", group_id="g"), labelled(B, scope="group", group_id="g"))
+        outcome = run({"tags": Ranking([A, B], [0.25, 1.0])}, cards)
+        assert outcome.ranked == [(B, pytest.approx(1 / 62)), (A, pytest.approx(0.25 / 61))]
+
+    def test_route_weights_come_from_the_tuning(self) -> None:
+        cards = by_id(labelled(A, scope="group", group_id="g"), labelled(B, scope="group", group_id="g"))
+        outcome = run({"graph": [A], "tags": [B]}, cards, tuning=Tuning(weights={"graph": 0.3}))
+        assert outcome.ranked == [(B, pytest.approx(1 / 61)), (A, pytest.approx(0.3 / 61))]
+
+
+class TestLeads:
+    def test_the_named_slot_s_valid_card_leads_whatever_its_score(self) -> None:
+        address = labelled(A, valid_from=ago(150))
+        cards = by_id(address, event(B, 1), event(C, 2))
+        outcome = run({"semantic": [B, C, A]}, cards, leads=[slot_key(address)])
+        assert ids(outcome) == [A, B, C]
+        assert outcome.led == {A}
+        assert outcome.trace[A]["final"]["lead"] == "a slot the question names"
+
+    def test_every_valid_item_of_a_named_multi_value_slot_leads_past_the_top_n(self) -> None:
+        items = [card(UUID(int=10 + i), label="instruments", cardinality="multi_value", value=v)
+                 for i, v in enumerate(("piano", "violin", "guitar"))]
+        cards = by_id(*items, event(B, 1))
+        slots = [c.card_id for c in items]  # the slot stage's ranking: what leads was found
+        outcome = run({"semantic": [B], "slots": slots}, cards, top=2, leads=[slot_key(items[0])])
+        assert set(ids(outcome)) == set(slots)
+
+    def test_a_superseded_card_of_a_named_slot_does_not_lead(self) -> None:
+        old = card(A, value="Kyoto", superseded=True, valid_to=NOW)
+        cards = by_id(old, card(B), event(C, 1))
+        assert ids(run({"semantic": [C, A, B]}, cards, leads=[slot_key(old)])) == [B, C]
+
+    def test_a_named_memory_type_leads_with_its_cards(self) -> None:
+        blocker = card(A, label=None, subject=None, cardinality="multi_value", memory_type="blocker")
+        cards = by_id(blocker, event(B, 1))
+        assert ids(run({"semantic": [B, A]}, cards, leads=[type_key("blocker")])) == [A, B]
 
 
 class TestScopeBoost:
@@ -320,14 +391,14 @@ class TestAgingAndFreshness:
 
 class TestTrace:
     def test_a_returned_card_explains_every_step(self) -> None:
-        cards = by_id(labelled(A, scope="project", project_id="fibon", valid_from=ago(10)))
+        cards = by_id(event(A, 10, scope="project", project_id="fibon"))
         trace = run({"semantic": [E, A], "tags": [A]}, cards, current_project="fibon").trace[A]
         assert set(trace) == {"routes", "rrf", "decay", "scope_boost", "final"}
         assert trace["routes"] == {"semantic": 2, "tags": 1}
         fused = 1 / 62 + 1 / 61
         assert trace["rrf"] == round(fused, 6)
-        decayed = fused * math.exp(-0.2)
-        assert trace["decay"] == {"lambda": 0.02, "days": 10.0, "factor": round(math.exp(-0.2), 6),
+        decayed = fused * fading(0.01, 10)
+        assert trace["decay"] == {"lambda": 0.01, "days": 10.0, "factor": round(fading(0.01, 10), 6),
                                   "score": round(decayed, 6)}
         assert trace["scope_boost"] == {"factor": 1.2, "score": round(decayed * 1.2, 6)}
         assert trace["final"] == {"rank": 1, "score": round(decayed * 1.2, 6)}

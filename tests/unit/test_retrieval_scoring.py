@@ -14,6 +14,7 @@ from services.retrieval.scoring import (
     Contradiction,
     DecayPolicy,
     ScopeBoost,
+    age_days,
     aging_facts,
     contradictions,
     decay,
@@ -85,17 +86,31 @@ class TestRRF:
         }
 
 
-class TestDecay:
-    def test_single_value_halves_at_its_half_life(self) -> None:
-        half_life = math.log(2) / 0.02
-        assert half_life == pytest.approx(34.657, abs=1e-3)
-        assert decay(1.0, card(1, valid_from=ago(half_life)), NOW) == pytest.approx(0.5)
-        assert decay(0.8, card(1, valid_from=ago(2 * half_life)), NOW) == pytest.approx(0.2)
+def fading(rate: float, days: float, floor: float = 0.5) -> float:
+    """DESIGN rule 5: β + (1 − β)·e^(−λ·Δt)."""
+    return floor + (1 - floor) * math.exp(-rate * days)
 
-    def test_multi_value_decays_slower(self) -> None:
-        multi = card(1, cardinality="multi_value", valid_from=ago(math.log(2) / 0.005))
-        assert decay(1.0, multi, NOW) == pytest.approx(0.5)
-        assert decay(1.0, replace(multi, cardinality="single_value"), NOW) < 0.1
+
+class TestDecay:
+    def test_the_fading_part_halves_at_its_half_life_and_the_floor_holds(self) -> None:
+        half_life = math.log(2) / 0.005
+        multi = card(1, cardinality="multi_value", valid_from=ago(half_life))
+        assert decay(1.0, multi, NOW) == pytest.approx(0.75)
+        assert decay(1.0, replace(multi, valid_from=ago(100_000)), NOW) == pytest.approx(0.5)
+
+    def test_the_valid_value_of_a_single_value_slot_is_never_decayed(self) -> None:
+        """A job held for ten years is as findable as one learned yesterday (DESIGN rule 5)."""
+        assert decay(1.0, card(1, valid_from=ago(3650)), NOW) == 1.0
+        assert DecayPolicy().exempt(card(1))
+        superseded = card(1, valid_from=ago(3650), superseded=True)
+        assert not DecayPolicy().exempt(superseded)
+        assert decay(1.0, superseded, NOW) == pytest.approx(0.5)
+
+    def test_multi_value_decays_slower_than_events(self) -> None:
+        multi = card(1, cardinality="multi_value", valid_from=ago(100))
+        event = card(2, kind="event", cardinality=None, occurred_at=ago(100))
+        assert decay(1.0, multi, NOW) == pytest.approx(fading(0.005, 100))
+        assert decay(1.0, event, NOW) == pytest.approx(fading(0.01, 100))
 
     def test_default_rates_per_kind(self) -> None:
         policy = DecayPolicy()
@@ -103,32 +118,47 @@ class TestDecay:
         assert policy.rate(card(1, cardinality="multi_value")) == 0.005
         assert policy.rate(card(1, kind="event", cardinality=None)) == 0.01
         assert policy.rate(card(1, kind="knowledge", cardinality=None)) == 0.003
+        assert policy.floor == 0.5
 
     def test_event_counts_from_occurred_at(self) -> None:
         event = card(1, kind="event", cardinality=None, valid_from=ago(3), occurred_at=ago(10),
                      recorded_at=ago(1))
         assert decay_anchor(event) == ago(10)
-        assert decay(1.0, event, NOW) == pytest.approx(math.exp(-0.1))
+        assert decay(1.0, event, NOW) == pytest.approx(fading(0.01, 10))
 
     def test_recorded_at_when_no_world_time(self) -> None:
         knowledge = card(1, kind="knowledge", cardinality=None, valid_from=None, recorded_at=ago(100))
         assert decay_anchor(knowledge) == ago(100)
-        assert decay(1.0, knowledge, NOW) == pytest.approx(math.exp(-0.3))
+        assert decay(1.0, knowledge, NOW) == pytest.approx(fading(0.003, 100))
 
     def test_a_later_verification_resets_the_clock(self) -> None:
-        assert decay(1.0, card(1, valid_from=ago(300), verified_at=ago(0)), NOW) == pytest.approx(1.0)
+        multi = card(1, cardinality="multi_value", valid_from=ago(300), verified_at=ago(0))
+        assert decay(1.0, multi, NOW) == pytest.approx(1.0)
         assert decay_anchor(card(1, valid_from=ago(300), verified_at=ago(5))) == ago(5)
 
     def test_an_older_verification_changes_nothing(self) -> None:
         assert decay_anchor(card(1, valid_from=ago(5), verified_at=ago(300))) == ago(5)
 
     def test_a_future_anchor_never_boosts(self) -> None:
-        assert decay(0.7, card(1, valid_from=NOW + timedelta(days=3)), NOW) == 0.7
+        event = card(1, kind="event", cardinality=None, occurred_at=NOW + timedelta(days=3))
+        assert decay(0.7, event, NOW) == 0.7
 
-    def test_policy_is_a_parameter(self) -> None:
-        assert decay(1.0, card(1, valid_from=ago(10)), NOW, DecayPolicy(single_value=0.1)) == pytest.approx(
-            math.exp(-1.0)
-        )
+    def test_age_counts_up_to_the_asked_moment(self) -> None:
+        event = card(1, kind="event", cardinality=None, occurred_at=ago(40))
+        assert age_days(event, ago(30)) == pytest.approx(10)
+        assert decay(1.0, event, ago(30)) == pytest.approx(fading(0.01, 10))
+
+    def test_the_floor_and_rates_are_parameters(self) -> None:
+        policy = DecayPolicy(event=0.1, floor=0.2)
+        event = card(1, kind="event", cardinality=None, occurred_at=ago(10))
+        assert decay(1.0, event, NOW, policy) == pytest.approx(fading(0.1, 10, floor=0.2))
+        with pytest.raises(ValueError):
+            DecayPolicy(floor=1.5)
+
+    def test_unbounded_is_the_old_rule_for_every_card(self) -> None:
+        old = DecayPolicy(bounded=False)
+        assert decay(1.0, card(1, valid_from=ago(150)), NOW, old) == pytest.approx(math.exp(-3.0))
+        assert not old.exempt(card(1))
 
 
 class TestScopeBoost:

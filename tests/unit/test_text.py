@@ -8,7 +8,17 @@ from pathlib import Path
 import pytest
 
 from projections import text
-from projections.text import bigram_similarity, cjk_bigrams, fold, terms, tokenize
+from projections.text import (
+    bigram_similarity,
+    cjk_bigrams,
+    fold,
+    query_terms,
+    slot_words,
+    stem,
+    tag_terms,
+    terms,
+    tokenize,
+)
 
 
 @pytest.mark.parametrize("word", ["資料庫", "资料库", "後端", "后端", "牛肉湯", "牛肉汤", "臺北市", "台北市"])
@@ -26,13 +36,34 @@ def test_traditional_and_simplified_give_the_same_terms() -> None:
     traditional = "我在臺北市政府工作，後端服務用資料庫，晚上喝牛肉湯。"
     simplified = "我在台北市政府工作，后端服务用资料库，晚上喝牛肉汤。"
     assert terms(traditional) == terms(simplified)
-    assert terms(traditional) == (
-        "台北市", "政府", "工作", "后端", "服务", "用", "资料库", "晚上", "喝", "牛肉汤",
+    assert terms(traditional) == (  # 用 and 喝 alone are no terms: single characters
+        "台北市", "政府", "工作", "后端", "服务", "资料库", "晚上", "牛肉汤",
     )
 
 
 def test_mixed_script_text_is_cut_like_either_script() -> None:
-    assert terms("後端用资料庫") == terms("后端用资料库") == ("后端", "用", "资料库")
+    assert terms("後端用资料庫") == terms("后端用资料库") == ("后端", "资料库")
+
+
+def test_a_single_cjk_character_is_no_term_but_a_query_keeps_it_for_tags() -> None:
+    assert terms("我住哪一個城市") == ("城市",)  # not 住, not 一 (from 哪一)
+    assert "一" in query_terms("哪一") and "住" in query_terms("我住哪裡")
+    assert tag_terms(("一", "会议", "machine learning")) == ("一", "会议", "machin learn")
+
+
+def test_english_words_are_stemmed_possessives_and_plurals_reduced() -> None:
+    assert terms("Anna's eating habits") == ("anna", "eat", "habit")
+    assert terms("she lives, lived, is living") == terms("live")
+    assert terms("companies") == terms("company")
+    assert terms("node.js c++ max_tags") == ("node.js", "c++", "max_tags")  # not words: whole
+    assert stem("Anna’s".lower()) == "anna"
+
+
+def test_slot_words_are_its_subject_and_label_the_users_own_subject_left_out() -> None:
+    assert slot_words("Anna", "eating_habits") == ("anna", "eat", "habit")
+    assert slot_words("user", "home_city") == ("home", "citi")
+    assert slot_words("user", "現居城市") == ("现居", "城市")
+    assert slot_words("fibon", None) == ()
 
 
 def test_tokens_keep_the_script_and_terms_fold_it() -> None:
@@ -48,16 +79,16 @@ def test_latin_and_chinese_mix() -> None:
 
 def test_synonyms_apply_to_terms() -> None:
     assert terms("JWT") == ("json web token",)
-    assert terms("the JWT expired") == ("json web token", "expired")
+    assert terms("the JWT expired") == ("json web token", "expir")
     assert terms("JWT 的過期時間") == ("json web token", "过期", "时间")
-    assert terms("k8s and Postgres") == ("kubernetes", "postgresql")
+    assert terms("k8s and Postgres") == ("kubernet", "postgresql")
     assert terms("數據庫") == terms("数据库") == ("资料库",)  # a CJK synonym stays whole, then maps
 
 
 def test_a_known_multi_word_tag_written_out_is_one_term() -> None:
-    assert terms("json web token expiry") == ("json web token", "expiry")
+    assert terms("json web token expiry") == ("json web token", "expiri")
     assert terms("JSON Web Token") == terms("JWT")
-    assert terms("machine learning and ML") == ("machine learning",)
+    assert terms("machine learning and ML") == ("machin learn",)  # stemmed word by word
 
 
 def test_stop_words_punctuation_and_spaces_are_dropped() -> None:
