@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-retrieval bench-aging typecheck clean
+.PHONY: demo test bench bench-retrieval bench-aging bench-faults bench-contention soak typecheck clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -29,6 +29,15 @@ bench-retrieval: $(STAMP)
 
 bench-aging: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.aging
+
+bench-faults: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_faults
+
+bench-contention: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_contention
+
+soak: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.soak
 
 typecheck: $(STAMP)
 	$(BIN)/mypy domain services infra projections

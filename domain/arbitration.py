@@ -1,8 +1,14 @@
-"""The arbitration case: a conflicting write a person must decide, and the decision."""
+"""The arbitration case: the conflicting writes to one slot a person must decide, and the decision.
+
+A slot has one pending case at a time. The write that opens it is its first proposal; every write
+queued on the slot while it is pending joins it (``ProposalAdded``), and one decision settles them
+all (``domain.rules.arbitration.accepted`` says which proposals it applies).
+"""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from eventsourcing.domain import event
@@ -10,7 +16,7 @@ from eventsourcing.domain import event
 from domain.base import TenantAggregate
 from domain.cards import StateCard
 from domain.errors import InvalidTransitionError
-from domain.rules.arbitration import Decision
+from domain.rules.arbitration import Decision, accepted
 
 
 class ArbitrationCase(TenantAggregate):
@@ -29,17 +35,55 @@ class ArbitrationCase(TenantAggregate):
         self.label = label
         self.subject = subject
         self.current = current
-        self.proposal = proposal
+        #: Every proposal, in the order they came.
+        self.proposals: tuple[StateCard, ...] = (proposal,)
         self.reason = reason
         self.decision: Decision | None = None
 
-    def decide(self, decision: Decision, decided_by: str, note: str, now: datetime) -> None:
+    @property
+    def proposal(self) -> StateCard:
+        """The latest proposal: the one ``accept_new`` takes unless told another."""
+        return self.proposals[-1]
+
+    def add_proposal(self, proposal: StateCard, reason: str, now: datetime) -> None:
+        self._check_pending()
+        self._add_proposal(proposal=proposal, reason=reason, timestamp=now)
+
+    def decide(
+        self, decision: Decision, decided_by: str, note: str, now: datetime,
+        card_id: UUID | None = None,
+    ) -> None:
+        """``card_id``: the proposal ``accept_new`` takes, if not the latest."""
+        self._check_pending()
+        accepted(self.proposals, decision, card_id, by_item=False)  # names one of them, or none
+        self._decide(decision=decision.value, decided_by=decided_by, note=note, card_id=card_id,
+                     timestamp=now)
+
+    def _check_pending(self) -> None:
         if self.decision is not None:
             raise InvalidTransitionError(
                 f"arbitration {self.id} was already decided: {self.decision.value}"
             )
-        self._decide(decision=decision.value, decided_by=decided_by, note=note, timestamp=now)
 
-    @event("Decided")
-    def _decide(self, decision: str, decided_by: str, note: str, timestamp: datetime) -> None:
+    @event("ProposalAdded")
+    def _add_proposal(self, proposal: StateCard, reason: str, timestamp: datetime) -> None:
+        self.proposals = (*self.proposals, proposal)
+        self.reason = reason
+
+    class Decided(TenantAggregate.Event):
+        decision: str
+        decided_by: str
+        note: str
+        #: The proposal the decision named (``accept_new``), if any.
+        card_id: UUID | None
+        class_version = 2
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["card_id"] = None  # decided before a case could hold several proposals
+
+    @event(Decided)
+    def _decide(
+        self, decision: str, decided_by: str, note: str, card_id: UUID | None, timestamp: datetime,
+    ) -> None:
         self.decision = Decision(decision)

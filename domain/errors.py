@@ -2,6 +2,8 @@
 
     PalimpsestError
     ├── InvalidCommandError             the command itself is malformed: nothing is stored
+    │   ├── InvalidTextError            a NUL byte, lone surrogate or control character in any text;
+    │   │                               a '/' in a subject or label; an empty tag (names the field)
     │   ├── EmptyContentError
     │   ├── ContentTooLargeError
     │   ├── TooManyTagsError
@@ -36,6 +38,14 @@ class PalimpsestError(Exception):
 
 class InvalidCommandError(PalimpsestError):
     pass
+
+
+class InvalidTextError(InvalidCommandError):
+    """Text no field may hold. ``field`` names the field (``tags[2]`` for an item of a list)."""
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class EmptyContentError(InvalidCommandError):

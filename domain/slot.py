@@ -3,6 +3,9 @@
 The slot is the unit of cardinality and of consistency: a single-value slot holds at most one valid
 card at any world time, and because every write to a slot is one event on one aggregate, two
 writers racing on the same slot cannot both win.
+
+A slot has at most one pending arbitration case: the first queued write opens it, every later
+queued write joins it as one more proposal, and one decision settles them all (decision 0006).
 """
 
 from __future__ import annotations
@@ -24,7 +27,15 @@ from domain.errors import (
     StaleCardError,
 )
 from domain.policy import Policy
-from domain.rules.arbitration import Decision, Layer, Verdict, is_same_turn, judge, recent_changes
+from domain.rules.arbitration import (
+    Decision,
+    Layer,
+    Verdict,
+    accepted,
+    is_same_turn,
+    judge,
+    recent_changes,
+)
 from domain.rules.timeline import Placement, Span, overlapping, overlaps, place
 from domain.rules.validation import check_validity
 from domain.values import Cardinality, Edge, Scope
@@ -50,7 +61,7 @@ class WriteOutcome:
 
 @dataclass(frozen=True)
 class Proposal:
-    """A conflicting write waiting in the arbitration queue."""
+    """A conflicting write waiting in the arbitration queue, one of its case's proposals."""
 
     card: StateCard
     reason: str
@@ -83,7 +94,9 @@ class Slot(TenantAggregate):
         self.declared_cardinality = declared_cardinality
         self.cards: dict[UUID, StateCard] = {}
         self.change_times: list[datetime] = []
-        self.pending: dict[UUID, Proposal] = {}
+        #: Pending arbitration cases, each with its proposals in the order they came. One per
+        #: slot since decision 0006 (a log written before it may hold several).
+        self.pending: dict[UUID, tuple[Proposal, ...]] = {}
 
     # ---- reading the slot -------------------------------------------------------------------
 
@@ -101,6 +114,11 @@ class Slot(TenantAggregate):
             if card.valid_from <= moment and (card.valid_to is None or moment < card.valid_to)
         ]
 
+    @property
+    def open_case(self) -> UUID | None:
+        """The pending case a queued write joins: the one opened last."""
+        return next(reversed(self.pending), None)
+
     def card(self, card_id: UUID) -> StateCard:
         try:
             return self.cards[card_id]
@@ -113,7 +131,9 @@ class Slot(TenantAggregate):
         self, card: StateCard, *, now: datetime, policy: Policy, case_id: UUID,
         target_id: UUID | None = None, edge: Edge = Edge.SUPERSEDES,
     ) -> WriteOutcome:
-        """Remember ``card`` in this slot, or revise ``target_id`` with it along ``edge``."""
+        """Remember ``card`` in this slot, or revise ``target_id`` with it along ``edge``.
+        ``case_id``: the id of the arbitration case the write opens if it is queued and none is
+        pending (a queued write joins the pending case)."""
         check_validity(card.valid_from, card.valid_to, now, policy)
         target = self._current_target(target_id) if target_id else None
         if self.cardinality is Cardinality.SINGLE:
@@ -132,15 +152,27 @@ class Slot(TenantAggregate):
         self._verify(card_id=card.card_id, timestamp=now)
         return WriteOutcome(Outcome.VERIFIED, card.card_id)
 
-    def settle(self, case_id: UUID, decision: Decision, now: datetime) -> WriteOutcome:
-        """Apply a person's decision on a queued write (the arbitration case decides too)."""
-        proposal = self.pending.get(case_id)
-        if proposal is None:
+    def settle(
+        self, case_id: UUID, decision: Decision, now: datetime, card_id: UUID | None = None
+    ) -> WriteOutcome:
+        """Apply a person's decision on a pending case (the arbitration case decides too):
+        ``keep_old`` rejects every proposal; ``accept_new`` applies the proposal ``card_id``, by
+        default the latest (of each item, multi-value); ``both_valid`` gives every proposal its
+        own stretch of world time (a separate item, multi-value)."""
+        proposals = self.pending.get(case_id)
+        if proposals is None:
             raise ArbitrationCaseNotFoundError(f"no pending arbitration {case_id} on this slot")
+        cards = accepted(tuple(p.card for p in proposals), decision, card_id,
+                         by_item=self.cardinality is Cardinality.MULTI)
         self._settle(case_id=case_id, decision=decision.value, timestamp=now)
-        card = replace(proposal.card, recorded_at=now)
-        if decision is Decision.KEEP_OLD:
-            return WriteOutcome(Outcome.KEPT_OLD, None, case_id)
+        outcome = WriteOutcome(Outcome.KEPT_OLD, None, case_id)
+        for card in cards:
+            outcome = self._apply(replace(card, recorded_at=now), decision, now, case_id)
+        return outcome
+
+    def _apply(
+        self, card: StateCard, decision: Decision, now: datetime, case_id: UUID
+    ) -> WriteOutcome:
         if self.cardinality is Cardinality.MULTI:
             return self._settle_multi(card, decision, now, case_id)
         if decision is Decision.BOTH_VALID:
@@ -238,6 +270,11 @@ class Slot(TenantAggregate):
         case_id: UUID,
     ) -> WriteOutcome:
         target_id = target.card_id if target else None
+        pending = self.open_case
+        if pending is not None:  # one case per slot: the write joins it
+            self._add_proposal(case_id=pending, card=card, reason=verdict.reason,
+                               target_id=target_id, timestamp=now)
+            return WriteOutcome(Outcome.QUEUED, card.card_id, pending, verdict.reason)
         self._contest(
             case_id=case_id, card=card, reason=verdict.reason, target_id=target_id, timestamp=now
         )
@@ -325,7 +362,14 @@ class Slot(TenantAggregate):
         self, case_id: UUID, card: StateCard, reason: str, target_id: UUID | None,
         timestamp: datetime,
     ) -> None:
-        self.pending[case_id] = Proposal(card, reason, target_id)
+        self.pending[case_id] = (Proposal(card, reason, target_id),)
+
+    @event("ProposalAdded")
+    def _add_proposal(
+        self, case_id: UUID, card: StateCard, reason: str, target_id: UUID | None,
+        timestamp: datetime,
+    ) -> None:
+        self.pending[case_id] = (*self.pending[case_id], Proposal(card, reason, target_id))
 
     @event("Settled")
     def _settle(self, case_id: UUID, decision: str, timestamp: datetime) -> None:

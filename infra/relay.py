@@ -2,15 +2,8 @@
 
 It follows the log with the eventsourcing subscription API (``recorder.subscribe(gt=position)``:
 LISTEN/NOTIFY on PostgreSQL, no polling loop of ours) and publishes each notification to
-``settings.kafka_topic`` with an idempotent producer (``acks="all"``):
-
-* key: the event's tenant (see :func:`message_key`), so a tenant's events — and so each aggregate's
-  — stay in log order in one partition;
-* value: JSON ``{"notification_id", "originator_id", "originator_version", "topic", "state"}``
-  with ``state`` the base64 of the stored (transcoded, possibly compressed) state bytes; or, for
-  consecutive events of one key, ``{"events": [those objects, in log order]}`` — up to
-  ``events_per_message`` of them and about ``MESSAGE_BYTES`` (a consumer pays per message, not per
-  byte: Faust's handling of one message costs as much as projecting its event).
+``settings.kafka_topic`` with an idempotent producer (``acks="all"``), keyed by tenant and batched
+per tenant as :mod:`infra.relay_messages` describes.
 
 Position. The relay keeps its own row in ``<event schema>.relay_position`` (one per relay name)
 and advances it only after the producer has flushed the batch and the broker acknowledged every
@@ -40,281 +33,49 @@ The row's ``tenant_id`` is ``'*'``: one relay carries every tenant's events.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import contextlib
 import json
 import logging
-import queue
-import signal
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
-from uuid import UUID
 
 import psycopg
-from eventsourcing.persistence import Notification, PersistenceError, StoredEvent
+from eventsourcing.persistence import Notification, PersistenceError
 from psycopg import sql
 
 from infra.broker import BrokerError, ensure_topic_with
+from infra.heartbeats import Beat
+from infra.relay_messages import (  # re-exported: consumers read messages through this module
+    MESSAGE_BYTES,
+    RelayError,
+    StoredEventMessage,
+    decode_message,
+    decode_messages,
+    encode_message,
+    encode_messages,
+    message_key,
+)
+from infra.relay_store import POSITION_TABLE, Feed, RelayState, ensure_relay_table, log_head
 from infra.settings import Settings
 
 if TYPE_CHECKING:
     from eventsourcing.postgres import PostgresApplicationRecorder
 
+__all__ = [
+    "MESSAGE_BYTES", "Relay", "RelayError", "RelayState", "StoredEventMessage", "decode_message",
+    "decode_messages", "encode_message", "encode_messages", "ensure_relay_table", "log_head",
+    "message_key",
+]
+
 log = logging.getLogger(__name__)
 
-POSITION_TABLE = "relay_position"
-_MESSAGE_FIELDS = ("notification_id", "originator_id", "originator_version", "topic", "state")
-#: About how many bytes of events one message carries (Kafka's default limit is 1 MB).
-MESSAGE_BYTES = 256 * 1024
 _NO_TOPIC_ID = {"", "None", "00000000-0000-0000-0000-000000000000", "AAAAAAAAAAAAAAAAAAAAAA"}
-
-
-class RelayError(RuntimeError):
-    """A message the relay cannot encode or decode."""
-
-
-# --- the message ----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class StoredEventMessage:
-    """One relayed notification, as a consumer reads it back from Kafka."""
-
-    notification_id: int
-    originator_id: UUID
-    originator_version: int
-    topic: str
-    state: bytes
-
-    def to_stored_event(self) -> StoredEvent:
-        """For ``app.mapper.to_domain_event``."""
-        return StoredEvent(
-            originator_id=self.originator_id, originator_version=self.originator_version,
-            topic=self.topic, state=self.state,
-        )
-
-    def to_notification(self) -> Notification:
-        """With its notification id, e.g. for eventsourcing's ``Tracking``."""
-        return Notification(
-            id=self.notification_id, originator_id=self.originator_id,
-            originator_version=self.originator_version, topic=self.topic, state=self.state,
-        )
-
-
-def encode_message(notification: Notification) -> tuple[bytes, bytes]:
-    """``(key, value)`` of a Kafka message carrying ``notification`` alone."""
-    return message_key(notification), json.dumps(_body(notification), separators=(",", ":")).encode()
-
-
-def message_key(notification: Notification) -> bytes:
-    """The tenant: all of a tenant's events share a partition, so they arrive in log order —
-    an aggregate's versions in order, and a card before the edges other cards draw to it."""
-    try:
-        tenant = json.loads(bytes(notification.state))["tenant_id"]
-    except (ValueError, KeyError, TypeError):
-        tenant = None
-    return str(tenant or notification.originator_id).encode()
-
-
-def encode_messages(notifications: Sequence[Notification], per_message: int
-                    ) -> list[tuple[bytes, bytes, int]]:
-    """``(key, value, events)`` of the Kafka messages carrying ``notifications``: consecutive
-    events of one key share a message, in log order, up to ``per_message`` events and about
-    :data:`MESSAGE_BYTES`; a key's messages come in log order too."""
-    open_: dict[bytes, tuple[list[dict[str, Any]], int]] = {}
-    out: list[tuple[bytes, bytes, int]] = []
-
-    def close(key: bytes) -> None:
-        bodies, _ = open_.pop(key)
-        body = bodies[0] if len(bodies) == 1 else {"events": bodies}
-        out.append((key, json.dumps(body, separators=(",", ":")).encode(), len(bodies)))
-
-    for notification in notifications:
-        key, body = message_key(notification), _body(notification)
-        size = len(body["state"]) + 200
-        bodies, total = open_.get(key, ([], 0))
-        if bodies and (len(bodies) >= per_message or total + size > MESSAGE_BYTES):
-            close(key)
-            bodies, total = [], 0
-        bodies.append(body)
-        open_[key] = (bodies, total + size)
-    for key in list(open_):
-        close(key)
-    return out
-
-
-def _body(notification: Notification) -> dict[str, Any]:
-    return {
-        "notification_id": int(notification.id),
-        "originator_id": str(notification.originator_id),
-        "originator_version": int(notification.originator_version),
-        "topic": notification.topic,
-        "state": base64.b64encode(bytes(notification.state)).decode("ascii"),
-    }
-
-
-def decode_messages(value: bytes) -> list[StoredEventMessage]:
-    """The notifications a relayed Kafka message value carries, in log order."""
-    try:
-        body = json.loads(value)
-        if isinstance(body, dict) and isinstance(body.get("events"), list):
-            return [_decoded(each) for each in body["events"]]
-        return [_decoded(body)]
-    except (ValueError, TypeError, AttributeError, binascii.Error) as error:
-        raise RelayError(f"not a relayed message: {error}") from error
-
-
-def decode_message(value: bytes) -> StoredEventMessage:
-    """The one notification a relayed Kafka message value carries."""
-    messages = decode_messages(value)
-    if len(messages) != 1:
-        raise RelayError(f"a relayed message of {len(messages)} events, not one")
-    return messages[0]
-
-
-def _decoded(body: Any) -> StoredEventMessage:
-    missing = [name for name in _MESSAGE_FIELDS if name not in body]
-    if missing:
-        raise RelayError(f"relayed message without {', '.join(missing)}")
-    return StoredEventMessage(
-        notification_id=int(body["notification_id"]),
-        originator_id=UUID(body["originator_id"]),
-        originator_version=int(body["originator_version"]),
-        topic=str(body["topic"]),
-        state=base64.b64decode(body["state"], validate=True),
-    )
-
-
-# --- PostgreSQL ------------------------------------------------------------------------------------
-
-_RELAY_TABLE = """
-CREATE TABLE IF NOT EXISTS {schema}.{table} (
-    relay_name text PRIMARY KEY,
-    position bigint NOT NULL,
-    tenant_id text NOT NULL DEFAULT '*',
-    updated_at timestamptz NOT NULL DEFAULT now()
-);
-ALTER TABLE {schema}.{table}
-    ADD COLUMN IF NOT EXISTS published bigint NOT NULL DEFAULT 0,
-    ADD COLUMN IF NOT EXISTS topic text,
-    ADD COLUMN IF NOT EXISTS topic_id text,
-    ADD COLUMN IF NOT EXISTS offsets jsonb NOT NULL DEFAULT '{{}}'::jsonb;
-GRANT SELECT, INSERT, UPDATE ON {schema}.{table} TO {role};
-"""
-
-
-def ensure_relay_table(
-    conn: psycopg.Connection[Any], settings: Settings, readers: Sequence[str] = ()
-) -> None:
-    """Create ``<event schema>.relay_position`` (idempotent), let the runtime role (the relay)
-    read and write it and ``readers`` (e.g. a status command's role) read it. ``conn`` is an
-    administrator's connection; the schema and the roles must exist."""
-    table = sql.Identifier(POSITION_TABLE)
-    schema = sql.Identifier(settings.event_schema)
-    conn.execute(sql.SQL(_RELAY_TABLE).format(
-        schema=schema, table=table, role=sql.Identifier(settings.runtime_role),
-    ))
-    for reader in readers:
-        conn.execute(sql.SQL("GRANT SELECT ON {}.{} TO {}").format(
-            schema, table, sql.Identifier(reader)
-        ))
-    if not conn.autocommit:
-        conn.commit()
-
-
-def log_head(conn: psycopg.Connection[Any], schema: str = "palimpsest") -> int:
-    """The newest notification id in the event log (0 when it is empty)."""
-    from infra.postgres import EVENTS_TABLE  # here, so infra.postgres may import this module
-
-    row = conn.execute(
-        sql.SQL("SELECT coalesce(max(notification_id), 0) FROM {}.{}").format(
-            sql.Identifier(schema), sql.Identifier(EVENTS_TABLE)
-        )
-    ).fetchone()
-    return int(_first(row))
-
-
-def _first(row: Any) -> Any:
-    if row is None:
-        return None
-    if isinstance(row, dict):
-        return next(iter(row.values()))
-    return row[0]
-
-
-@dataclass
-class RelayState:
-    """What the relay keeps in its ``relay_position`` row."""
-
-    position: int = 0
-    #: Messages acknowledged since position 0.
-    published: int = 0
-    topic: str | None = None
-    topic_id: str | None = None
-    #: partition → offset of the first message of the newest acknowledged batch there.
-    offsets: dict[int, int] = field(default_factory=dict)
-
-
-# --- the feed: the subscription, read in batches ---------------------------------------------------
-
-
-class _Feed:
-    """Iterates an eventsourcing subscription on a thread and hands out batches with a timeout
-    (a subscription's ``__next__`` blocks until the next notification)."""
-
-    def __init__(self, recorder: Any, gt: int, capacity: int) -> None:
-        self.gt = gt
-        self._queue: queue.Queue[Notification] = queue.Queue(maxsize=capacity)
-        self._closed = threading.Event()
-        self._error: BaseException | None = None
-        self._subscription = recorder.subscribe(gt=gt)
-        self._thread = threading.Thread(target=self._pump, name=f"relay-feed-{gt}", daemon=True)
-        self._thread.start()
-
-    def _pump(self) -> None:
-        try:
-            with self._subscription as subscription:
-                for notification in subscription:
-                    while not self._closed.is_set():
-                        try:
-                            self._queue.put(notification, timeout=0.1)
-                            break
-                        except queue.Full:
-                            continue
-                    if self._closed.is_set():
-                        break
-        except BaseException as error:  # noqa: BLE001 - handed to the relay's thread
-            self._error = error
-
-    def take(self, limit: int, timeout: float) -> list[Notification]:
-        """Up to ``limit`` notifications: waits ``timeout`` seconds for the first one only."""
-        try:
-            batch = [self._queue.get(timeout=timeout)]
-        except queue.Empty:
-            self._raise()
-            return []
-        while len(batch) < limit:
-            try:
-                batch.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
-        return batch
-
-    def _raise(self) -> None:
-        if self._error is not None:
-            raise self._error
-        if not self._thread.is_alive() and not self._closed.is_set():
-            raise PersistenceError("the event store subscription ended")
-
-    def close(self) -> None:
-        self._closed.set()
-        self._subscription.stop()
-        self._thread.join(timeout=10)
+#: A broker that comes back is found within a second, and a client gives up bootstrapping in 5 s
+#: (kafka-python's defaults: backoff up to 30 s, bootstrap for 30 s).
+_RECONNECT = {"reconnect_backoff_max_ms": 1_000, "bootstrap_timeout_ms": 5_000}
 
 
 # --- the relay -------------------------------------------------------------------------------------
@@ -351,10 +112,14 @@ class Relay:
         self.last_error: BaseException | None = None
         #: How often this relay found the broker had lost messages and started again from 0.
         self.resets = 0
+        #: When :meth:`run` last came round its loop (monotonic) and last published (wall clock).
+        self.ticked_at: float | None = None
+        self.published_at: float | None = None
+        self._failing_since: float | None = None
         self._state: RelayState | None = None
         self._producer: Any = None
         self._admin: Any = None
-        self._feed: _Feed | None = None
+        self._feed: Feed | None = None
         self._checked_at: float | None = None
 
     @classmethod
@@ -422,9 +187,9 @@ class Relay:
             self._producer = KafkaProducer(
                 bootstrap_servers=self.bootstrap, client_id=f"palimpsest-relay-{self.name}",
                 acks="all", enable_idempotence=True, linger_ms=self.linger_ms,
-                batch_size=256 * 1024, allow_auto_create_topics=False, max_block_ms=10_000,
+                batch_size=256 * 1024, allow_auto_create_topics=False, max_block_ms=5_000,
                 request_timeout_ms=self.request_timeout_ms,
-                delivery_timeout_ms=self.delivery_timeout_ms,
+                delivery_timeout_ms=self.delivery_timeout_ms, **_RECONNECT,
             )
         return self._producer
 
@@ -434,7 +199,7 @@ class Relay:
 
             self._admin = KafkaAdminClient(
                 bootstrap_servers=self.bootstrap, client_id=f"palimpsest-relay-{self.name}-admin",
-                request_timeout_ms=self.request_timeout_ms,
+                request_timeout_ms=self.request_timeout_ms, **_RECONNECT,
             )
         return self._admin
 
@@ -523,11 +288,11 @@ class Relay:
 
     # -- publishing --
 
-    def _ready(self) -> _Feed:
+    def _ready(self) -> Feed:
         if self._checked_at is None or time.monotonic() - self._checked_at >= self.check_interval:
             self.check()
         if self._feed is None:
-            self._feed = _Feed(self.recorder, self.state.position, capacity=self.batch_size * 4)
+            self._feed = Feed(self.recorder, self.state.position, capacity=self.batch_size * 4)
         return self._feed
 
     def run_once(self, timeout: float = 1.0) -> int:
@@ -542,15 +307,31 @@ class Relay:
         try:
             count = self._run_once(timeout)
         except (KafkaError, BrokerError, OSError, PersistenceError, psycopg.Error) as error:
-            self.last_error = error
-            log.warning("relay %s: %s: %s", self.name, type(error).__name__, error)
+            self._failed(error)
             self._restart_feed()
             self._close_clients()
             self._state = None
             self._checked_at = None
             return 0
-        self.last_error = None
+        self._recovered()
         return count
+
+    def _failed(self, error: BaseException) -> None:
+        """Say it once when publishing stops working; later failures are retried quietly."""
+        self.last_error = error
+        if self._failing_since is None:
+            self._failing_since = time.monotonic()
+            log.warning("relay %s: cannot publish (%s: %s); retrying with backoff", self.name,
+                        type(error).__name__, str(error).strip())
+        else:
+            log.debug("relay %s: still failing: %s: %s", self.name, type(error).__name__, error)
+
+    def _recovered(self) -> None:
+        self.last_error = None
+        if self._failing_since is not None:
+            log.warning("relay %s: publishing again after %.1f s, from position %d", self.name,
+                        time.monotonic() - self._failing_since, self.position)
+            self._failing_since = None
 
     def _run_once(self, timeout: float) -> int:
         feed = self._ready()
@@ -585,6 +366,7 @@ class Relay:
             position=position, published=state.published + len(batch), topic=self.topic,
             topic_id=state.topic_id, offsets={**state.offsets, **lowest},
         ))
+        self.published_at = time.time()
         elapsed = max(time.monotonic() - started, 1e-6)
         log.info(
             "relay %s: published %d events to %s, position %d (%.0f events/s)",
@@ -598,11 +380,12 @@ class Relay:
                  self.name, self.schema, self.bootstrap, self.topic, self._safe_position())
         backoff = 0.0
         while not stop.is_set():
+            self.ticked_at = time.monotonic()
             try:
                 self.run_once(timeout)
             except Exception as error:  # an unexpected failure: start over from the stored position
                 log.exception("relay %s: unexpected error", self.name)
-                self.last_error = error
+                self._failed(error)
                 self.close()
                 self._state = None
                 self._checked_at = None
@@ -612,6 +395,14 @@ class Relay:
             backoff = min(max(backoff * 2, 0.5), 5.0)
             stop.wait(backoff)
         log.info("relay %s: stopped at position %s", self.name, self._safe_position())
+
+    def beat(self, within: float = 35.0) -> Beat:
+        """For the heartbeats: alive while :meth:`run` comes round its loop (a call to the broker
+        may take up to its request timeouts)."""
+        ticked = self.ticked_at is not None and time.monotonic() - self.ticked_at < within
+        detail = f"position {self._safe_position()}" if self.last_error is None else (
+            f"cannot publish: {type(self.last_error).__name__}")
+        return Beat(ticked, self.published_at, detail)
 
     def _safe_position(self) -> int | str:
         try:
@@ -636,22 +427,8 @@ class Relay:
 def run_relay(settings: Settings, stop: threading.Event | None = None, name: str = "main") -> None:
     """``palimpsest relay``: publish the log to Kafka until SIGINT/SIGTERM (or ``stop``).
 
-    Uses ``settings.kafka_bootstrap``, else starts the embedded broker (stopped on exit)."""
-    from infra.broker import kafka_bootstrap
-    from services.factory import create_app
+    Uses ``settings.kafka_bootstrap``, else the data folder's embedded broker, kept up by this
+    process while it runs (:mod:`infra.processes`)."""
+    from infra.processes import run_relay_process
 
-    stop = stop or threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(signum, lambda *_: stop.set())
-    app = create_app(settings)
-    bootstrap, broker = kafka_bootstrap(settings)
-    try:
-        if broker is not None:
-            log.info("embedded Kafka broker at %s (log in %s)", bootstrap, broker.log_path)
-        with Relay.from_settings(app.recorder, settings, bootstrap, name=name) as relay:  # type: ignore[arg-type]
-            relay.run(stop)
-    finally:
-        if broker is not None:
-            broker.stop()
-        app.close()
+    run_relay_process(settings, stop, name)

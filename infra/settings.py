@@ -45,8 +45,12 @@ class RetrievalSettings(BaseModel):
     graph_budget_ms: int = 200
     #: A route that has not answered by then is skipped (and counted by its breaker).
     route_timeout_ms: int = 1_000
+    #: A route is quarantined when at least ``breaker_slow_samples`` of its last
+    #: ``breaker_window`` calls took longer than ``breaker_p95_ms`` and the others were not
+    #: slowed alike (a busy machine slows every route).
     breaker_window: int = 10
     breaker_p95_ms: float = 150.0
+    breaker_slow_samples: int = 3
     breaker_quarantine_s: float = 600.0
     breaker_probe_s: float = 30.0
     #: Fusion: how much each route's evidence weighs (a graph neighbour is weaker evidence than a

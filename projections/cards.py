@@ -2,12 +2,14 @@
 
 A pure function of the event (no clock, no database): the same event always gives the same
 operations, whether it arrives through Kafka or a replay of the log. Events it has nothing to say
-about (receipts, a slot's Contested / Settled bookkeeping) give no operations and still advance
-tracking.
+about (receipts, a slot's Contested / ProposalAdded / Settled bookkeeping) give no operations and
+still advance tracking.
 """
 
 from __future__ import annotations
 
+import re
+from dataclasses import replace
 from functools import singledispatch
 from typing import Any
 
@@ -18,7 +20,17 @@ from domain.event_card import EventCard
 from domain.knowledge import KnowledgeCard
 from domain.slot import Slot
 from domain.values import CardKind, Provenance, Scope
-from projections.ops import ChangeCard, DecideCase, Op, PutCard, PutCase, PutEdge, PutNode, PutSlot
+from projections.ops import (
+    AddProposal,
+    ChangeCard,
+    DecideCase,
+    Op,
+    PutCard,
+    PutCase,
+    PutEdge,
+    PutNode,
+    PutSlot,
+)
 from projections.text import cjk_bigrams, fold, slot_words, tag_terms, terms
 
 NAME = "cards"
@@ -132,6 +144,14 @@ def _(event: Any) -> list[Op]:
     })]
 
 
+@project.register(ArbitrationCase.ProposalAdded)  # type: ignore[attr-defined]
+def _(event: Any) -> list[Op]:
+    """One row per case: it shows the latest proposal (the one accept_new takes by default)."""
+    proposal: StateCard = event.proposal
+    return [AddProposal(event.tenant_id, event.originator_id, proposal.value, proposal.card_id,
+                        proposal.valid_from, event.reason)]
+
+
 @project.register(ArbitrationCase.Decided)  # type: ignore[attr-defined]
 def _(event: Any) -> list[Op]:
     return [DecideCase(event.tenant_id, event.originator_id, event.decision, event.decided_by,
@@ -238,3 +258,68 @@ project.register(Commitment.Waiting, _status("waiting"))  # type: ignore[attr-de
 project.register(Commitment.Resolved, _status("resolved"))  # type: ignore[attr-defined]
 project.register(Commitment.Expired, _status("expired"))  # type: ignore[attr-defined]
 project.register(Blocker.Archived, _status("archived"))  # type: ignore[attr-defined]
+
+
+# ---- text PostgreSQL can store ---------------------------------------------------------------
+
+#: What PostgreSQL's ``text`` cannot hold: NUL, and a lone surrogate (no Unicode character at all).
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+#: What replaces each of them: U+FFFD, Unicode's replacement character.
+REPLACEMENT = "\ufffd"
+
+
+def storable(text: str) -> str:
+    """``text`` with every NUL and lone surrogate replaced by U+FFFD."""
+    return _UNSTORABLE.sub(REPLACEMENT, text)
+
+
+def operations(event: object, clean: bool = False) -> list[Op]:
+    """The event's operations (:func:`project`), their text storable.
+
+    The command boundary refuses NUL bytes and lone surrogates, but events stored before it did
+    stay in the log. Every text of their operations — derived columns included — gets U+FFFD for
+    each: deterministic, so the incremental projector and a rebuild store the same rows, and an
+    upgrade needs no manual step. Operations with clean text (all but those) come back as they are,
+    after one search over their joined text — none when the caller knows the event is ``clean``
+    (its stored form shows it: :func:`projections.projector.clean_state`)."""
+    ops = project(event)
+    if clean or _UNSTORABLE.search(_joined(ops)) is None:
+        return ops
+    return [_storable_op(op) for op in ops]
+
+
+#: Columns made from other columns' text (clean when that is): not searched, only replaced.
+_DERIVED = frozenset({"terms", "bigrams", "fuzzy_text", "slot_words", "added_terms"})
+
+
+def _joined(ops: list[Op]) -> str:
+    """The text of ``ops`` their other columns are made from: string fields, the strings of rows
+    and changes, and the items of their lists."""
+    parts: list[str] = []
+    for op in ops:
+        for field in vars(op).values():
+            if field.__class__ is str:
+                parts.append(field)
+            elif field.__class__ is dict:
+                for column, value in field.items():
+                    kind = value.__class__
+                    if kind is str:
+                        parts.append(value)
+                    elif (kind is list or kind is tuple) and column not in _DERIVED:
+                        parts.extend(item for item in value if item.__class__ is str)
+    return "".join(parts)
+
+
+def _storable_value(value: Any) -> Any:
+    kind = value.__class__
+    if kind is str:
+        return storable(value)
+    if kind is list or kind is tuple:
+        return kind(_storable_value(item) for item in value)
+    if kind is dict:
+        return {key: _storable_value(item) for key, item in value.items()}
+    return value
+
+
+def _storable_op(op: Op) -> Op:
+    return replace(op, **{name: _storable_value(value) for name, value in vars(op).items()})

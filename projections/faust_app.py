@@ -1,10 +1,11 @@
 """The Faust app that drives the cards projection from Kafka.
 
-The agent decodes, calls the projector, and stops the worker on a poison event. Faust acks a
-batch of messages when the agent takes it, before it is applied, so Kafka offsets never decide
-what is applied: exactly-once rests on the projector's tracking, committed with the rows, and on
-start the projector first catches up from the log, so nothing an earlier run acked but did not
-apply is lost (a poison event included: it stops the projector again).
+The agent decodes and calls the projector. A poison event does not stop it: the projector parks
+the event's aggregate (decision 0007) and every other one goes on. Faust acks a batch of messages
+when the agent takes it, before it is applied, so Kafka offsets never decide what is applied:
+exactly-once rests on the projector's tracking, committed with the rows, and on start the
+projector first catches up from the log, so nothing an earlier run acked but did not apply is
+lost. The worker stops only when the projector itself cannot go on (its bookkeeping refused).
 """
 
 from __future__ import annotations
@@ -25,20 +26,29 @@ import faust
 
 from infra.relay import decode_messages
 from infra.settings import Settings
-from projections.projector import Delivered, ProjectionError, ProjectionUnavailableError, Projector
+from projections.parking import MESSAGE, Failure
+from projections.projector import (
+    Delivered,
+    ProjectionError,
+    ProjectionUnavailableError,
+    Projector,
+    decode,
+)
 from services.memory import Palimpsest
 
 log = logging.getLogger(__name__)
 
-#: The exit code of a projector stopped by an event it cannot apply.
-POISON_EXIT = 3
+#: The exit code of a projector that stopped because it cannot go on: its own bookkeeping (the
+#: tracking, a parked event's row) was refused, or the database failed during the start's catch-up.
+#: A poison event parks its aggregate and stops nothing.
+FAILED_EXIT = 3
 
 
 @dataclass
 class Outcome:
     """What happened to the worker, for the command line's exit code."""
 
-    poisoned: ProjectionError | None = None
+    failed: ProjectionError | None = None
     batches: int = 0
     events: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
@@ -69,7 +79,7 @@ def _limit_fetch_wait(max_wait_ms: int) -> None:
 
 
 def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projector: Projector,
-                     outcome: Outcome, on_poison: Callable[[], None] = stop_this_process,
+                     outcome: Outcome, on_failure: Callable[[], None] = stop_this_process,
                      ) -> faust.App:
     _limit_fetch_wait(settings.kafka_fetch_max_wait_ms)
     worker = faust.App(
@@ -82,6 +92,8 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
         consumer_auto_offset_reset="earliest",
         broker_session_timeout=settings.kafka_session_timeout_ms / 1000,
         broker_rebalance_timeout=settings.kafka_rebalance_timeout_ms / 1000,
+        # A restarted broker forgets the group: the next heartbeat finds out and the consumer rejoins.
+        broker_heartbeat_interval=1.0,
         broker_max_poll_interval=settings.kafka_max_poll_interval_ms / 1000,
         broker_commit_interval=1.0,
         stream_buffer_maxsize=max(4096, settings.projector_batch * 4),
@@ -91,27 +103,23 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
     topic = worker.topic(settings.kafka_topic, key_type=bytes, value_type=bytes,
                          key_serializer="raw", value_serializer="raw")
 
-    def decode(value: bytes) -> list[Delivered]:
+    def decode_value(value: bytes) -> list[Delivered]:
+        """A message's events; an event that cannot be decoded comes as an Undecodable (its
+        aggregate is parked). A message that is no relayed event names no event to park: it is
+        recorded (notification -1) and passed; the events it held are in the log, where
+        ``palimpsest failures retry`` and every start's catch-up read them."""
         try:
             messages = decode_messages(value)
         except Exception as error:
-            projector.record_failure(Projector.LOG, -1, None, None, None, error)
-            raise ProjectionError(f"a message cannot be decoded: {error}") from error
-        delivered = []
-        for message in messages:
-            try:
-                event = app.mapper.to_domain_event(message.to_stored_event())
-            except Exception as error:
-                projector.record_failure(Projector.LOG, message.notification_id,
-                                         message.originator_id, message.originator_version,
-                                         message.topic, error)
-                raise ProjectionError(f"notification {message.notification_id} cannot be "
-                                      f"decoded: {error}") from error
-            delivered.append(Delivered(message.notification_id, event))
-        return delivered
+            projector.record(Failure(Projector.LOG, -1, None, None, None, MESSAGE,
+                                     f"{type(error).__name__}: {error}"[:2000]))
+            log.error("a Kafka message is no relayed event (recorded as notification -1 in "
+                      "projection_failures): %s", error)
+            return []
+        return [decode(app.mapper, message.to_notification()) for message in messages]
 
     def decode_all(values: list[bytes]) -> list[Delivered]:
-        return [each for value in values for each in decode(value)]
+        return [each for value in values for each in decode_value(value)]
 
     #: Two threads: while one transaction is applied (and waits on the database), the next
     #: events are decoded, and the event loop goes on fetching from Kafka.
@@ -133,13 +141,14 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 30.0)
 
-    def poisoned(error: ProjectionError) -> None:
-        outcome.poisoned = error
+    def failed(error: ProjectionError) -> None:
+        outcome.failed = error
         log.critical("projector stopped: %s", error)
-        on_poison()  # stop here: nothing after this event is applied
+        on_failure()  # stop here: nothing after this batch is applied
 
     def settled(running: asyncio.Future[int], started: float, events: int) -> None:
-        """A transaction's outcome as soon as it has one: a poison event stops the worker at once."""
+        """A transaction's outcome as soon as it has one: a projector that cannot go on stops
+        the worker at once (a poison event does not: it is parked inside the transaction)."""
         if running.cancelled():
             return
         error = running.exception()
@@ -148,7 +157,7 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
             outcome.batches += 1
             log.debug("applied %d event(s) in %.1f ms", events, (time.perf_counter() - started) * 1000)
         elif isinstance(error, ProjectionError):
-            poisoned(error)
+            failed(error)
         else:
             log.error("a projector batch failed: %s", error)
 
@@ -157,8 +166,7 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
         """A message may carry many events: they go in transactions of at most
         ``projector_batch``, applied one at a time and in order. Faust acks a batch of messages
         when it is handed over, before it is applied: exactly-once rests on the projector's
-        tracking, and a restart catches up from the log whatever was acked but not applied (a
-        poison event included: it stops the projector again)."""
+        tracking, and a restart catches up from the log whatever was acked but not applied."""
         loop = asyncio.get_running_loop()
         running: asyncio.Future[int] | None = None
 
@@ -166,7 +174,7 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
             nonlocal running
             if running is not None:
                 await asyncio.wait([running])
-            if outcome.poisoned is not None:
+            if outcome.failed is not None:
                 return False
             running = asyncio.ensure_future(apply(delivered))
             running.add_done_callback(functools.partial(
@@ -177,15 +185,8 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
             async for values in stream.take(size, within=0.05):
                 pending: list[Delivered] = []
                 for first in range(0, len(values), step):
-                    try:
-                        pending += await loop.run_in_executor(
-                            decoder, decode_all, values[first:first + step])
-                    except ProjectionError as error:
-                        if running is not None:
-                            await asyncio.wait([running])
-                        if outcome.poisoned is None:
-                            poisoned(error)
-                        return
+                    pending += await loop.run_in_executor(
+                        decoder, decode_all, values[first:first + step])
                     while len(pending) >= size:
                         if not await submit(pending[:size]):
                             return

@@ -62,6 +62,18 @@ class PutCase:
 
 
 @dataclass(frozen=True)
+class AddProposal:
+    """A later write joined a pending case: the case's row shows the latest proposal."""
+
+    tenant_id: str
+    case_id: UUID
+    proposed_value: str
+    proposed_card_id: UUID
+    proposed_valid_from: datetime
+    reason: str
+
+
+@dataclass(frozen=True)
 class DecideCase:
     tenant_id: str
     case_id: UUID
@@ -70,7 +82,7 @@ class DecideCase:
     decided_at: datetime
 
 
-Op = PutNode | PutSlot | PutCard | ChangeCard | PutEdge | PutCase | DecideCase
+Op = PutNode | PutSlot | PutCard | ChangeCard | PutEdge | PutCase | AddProposal | DecideCase
 
 SLOT_COLUMNS = ("tenant_id", "slot_id", "scope", "project_id", "group_id", "subject", "label",
                 "cardinality", "slot_words")

@@ -1,6 +1,6 @@
 """The read models' shared predicates, written once: which cards are current, which version of a
 card is the one seen *as of* a moment on both timelines, and which scopes a question sees. Every
-retrieval route, the candidates loader, ``facts``, ``history`` and the briefing use these, so a
+retrieval route, the candidates loader, ``facts`` and the briefing use these, so a
 card valid in one answer is valid in all of them.
 
 In SQL over a card ``c`` (a row of ``cards``) and, for as-of, a version ``v`` (``card_versions``).

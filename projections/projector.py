@@ -1,24 +1,30 @@
 """Applies domain events to the read models in PostgreSQL, exactly once per event identity.
 
-One batch is one transaction: the read-model rows, the per-aggregate tracking and the per-tenant
-position commit together or not at all. Idempotency is keyed on the event's identity
-(originator id, version), never on Kafka offsets:
+One batch is one transaction: the read-model rows, the per-aggregate tracking, the per-tenant
+position and the batch's parked events commit together or not at all. Idempotency is keyed on the
+event's identity (originator id, version), never on Kafka offsets:
 
 - a version already applied is skipped (a duplicate delivery changes nothing); the batch's
   tenants are locked before their tracking is read, so a duplicate delivered to two projectors at
   once is skipped by the second;
 - a version beyond the next one means a gap: the missing versions are read from the event store
-  (the source of truth) and applied first, in order; if the log does not have them the batch fails;
-- an event the projection cannot decode or apply is recorded in ``projection_failures`` and the
-  batch fails: tracking does not move past it, and the projector stops. A row the database
-  refuses is found the same way: the batch is applied again without the pipeline, statement by
-  statement, so the refusal comes back with its event.
+  (the source of truth) and applied first, in order;
+- an event that cannot be decoded or applied, or whose row the database refuses, parks its
+  aggregate (decision 0007): it and the aggregate's later events are recorded in
+  ``projection_failures`` and not applied, tracking stays before them, and the rest of the batch
+  commits. Statements are pipelined, so a refused row is reported late, without its event: the
+  batch is then applied again with a savepoint per event, which parks the event that made it;
+- an operator's skip (:mod:`projections.decisions`, an event in the log) skips the event it names
+  wherever it is met, and un-parks its aggregate when the decision itself arrives.
+
+A tenant's position is the highest notification it has *handled*: applied, or parked and listed.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from itertools import groupby
@@ -26,17 +32,27 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
-from psycopg import sql
 
 from domain.errors import PalimpsestError
-from projections.cards import NAME, project
+from projections.bookkeeping import Batch, Bookkeeping
+from projections.cards import NAME, operations, storable
+from projections.decisions import ProjectionDecisions, Skips, skips
+from projections.parking import (
+    PROJECTION,
+    REFUSED,
+    UNDECODABLE,
+    WAITING,
+    Failure,
+    Undecodable,
+    undecodable,
+)
 from projections.sinks import PostgresSink
 
 log = logging.getLogger(__name__)
 
 
 class ProjectionError(PalimpsestError):
-    """The projection cannot apply an event; it stops rather than skip it."""
+    """The projection cannot go on: its own bookkeeping failed (an event's failure parks it)."""
 
 
 class ProjectionUnavailableError(ProjectionError):
@@ -45,70 +61,72 @@ class ProjectionUnavailableError(ProjectionError):
     retryable = True
 
 
+class _Redo(Exception):
+    """A pipelined batch met an error it cannot place: apply it again, a savepoint per event."""
+
+
 #: Errors of the connection, not of the event: retried, never recorded as a poison event.
 TRANSIENT = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 @dataclass(frozen=True)
 class Delivered:
-    """A domain event and the notification id the log gave it."""
+    """A domain event (or an :class:`Undecodable` in its place) and its notification id.
+    ``clean``: its stored form shows it holds no text PostgreSQL cannot store (see
+    :func:`decode`); otherwise its operations are searched for it."""
 
     notification_id: int
     event: Any
+    clean: bool = False
 
     @property
     def tenant_id(self) -> str:
         return str(self.event.tenant_id)
 
 
-#: Reads versions ``after < v < before`` of one aggregate from the event store.
-FetchMissing = Callable[[UUID, int, int], list[Any]]
+def decode(mapper: Any, notification: Any) -> Delivered:
+    """``notification`` as a domain event; one that cannot be decoded comes as an Undecodable."""
+    try:
+        event = mapper.to_domain_event(notification)
+    except Exception as error:
+        return Delivered(notification.id, undecodable(notification, error))
+    return Delivered(notification.id, event, clean_state(notification.state))
+
+
+#: Where, in a stored JSON state, a NUL or a surrogate can be: the escapes ``\\u0000`` and
+#: ``\\uD800``–``\\uDFFF`` (JSON writes a NUL only so; a surrogate cannot be UTF-8 at all).
+_ESCAPES = re.compile(rb"\\u(?:0000|[dD])")
+
+
+def clean_state(state: bytes) -> bool:
+    """Whether a stored state certainly holds no NUL and no lone surrogate: JSON (an object,
+    neither compressed nor encrypted) without those escapes. One search of the bytes, where
+    searching the decoded event's operations costs microseconds; it may say no for a clean
+    state (a Hangul escape), never yes for another."""
+    return state[:1] == b"{" and _ESCAPES.search(state) is None
+
+
+#: An aggregate's events ``after < version < before`` (``before`` None: all later), from the log.
+ReadAggregate = Callable[[UUID, int, int | None], list[Delivered]]
 
 
 class Projector:
     def __init__(
         self, connect: Callable[[], psycopg.Connection[Any]], schema: str,
-        fetch_missing: FetchMissing, name: str = NAME,
+        fetch_missing: ReadAggregate, name: str = NAME,
+        decisions: Callable[[], Iterable[Any]] = tuple,
     ) -> None:
         self.connect = connect
         self.schema = schema
         self.name = name
         self.fetch_missing = fetch_missing
+        self.decisions = decisions
         self.sink = PostgresSink(schema)
-        s = sql.Identifier(schema)
-        self._set_tenant = "SELECT set_config('palimpsest.tenant', %s, true)"
-        #: One transaction at a time per tenant (and projection and schema), locks taken in one
-        #: order: two projectors given the same events at once (consumer-group members during a
-        #: rebalance, a starting member's catch-up) apply them once.
-        self._lock_tenants = (
-            "SELECT count(pg_advisory_xact_lock(k)) FROM (SELECT DISTINCT "
-            "hashtextextended(%s || '/' || t, 0) AS k FROM unnest(%s::text[]) AS t ORDER BY k) s")
-        self._tracking = sql.SQL(
-            "SELECT tenant_id, originator_id, version FROM {}.projection_tracking "
-            "WHERE projection = %s AND originator_id = ANY(%s)").format(s)
-        self._track = sql.SQL(
-            "INSERT INTO {}.projection_tracking (projection, tenant_id, originator_id, version) "
-            "SELECT %s, %s, o, v FROM unnest(%s::uuid[], %s::bigint[]) AS t(o, v) "
-            "ON CONFLICT (projection, tenant_id, originator_id) "
-            "DO UPDATE SET version = excluded.version").format(s)
-        self._position = sql.SQL(
-            "INSERT INTO {}.projection_position (projection, tenant_id, position) "
-            "VALUES (%s, %s, %s) ON CONFLICT (projection, tenant_id) DO UPDATE SET "
-            "position = greatest({}.projection_position.position, excluded.position), "
-            "updated_at = now()").format(s, s)
-        #: Both at once, when the batch applied some of the tenant's events.
-        self._track_and_position = sql.Composed(
-            [sql.SQL("WITH t AS ("), self._track, sql.SQL(") "), self._position])
-        self._failure = sql.SQL(
-            "INSERT INTO {}.projection_failures (projection, tenant_id, notification_id, "
-            "originator_id, originator_version, topic, error) VALUES (%s, %s, %s, %s, %s, %s, %s) "
-            "ON CONFLICT (projection, notification_id) DO UPDATE SET error = excluded.error, "
-            "failed_at = now()").format(s)
+        #: Events this projector parked, in batches that committed.
+        self.parked = 0
+        self._skips: Skips | None = None
+        self.sql = Bookkeeping(schema)
         self._conn: psycopg.Connection[Any] | None = None
-        self._pipelined = True
-        for name, value in list(vars(self).items()):  # render once: composing per call is slow
-            if isinstance(value, sql.Composable):
-                setattr(self, name, value.as_string(None))
 
     @property
     def conn(self) -> psycopg.Connection[Any]:
@@ -120,142 +138,237 @@ class Projector:
         if self._conn is not None:
             self._conn.close()
 
-    def apply_batch(self, batch: Sequence[Delivered]) -> int:
+    def _discard(self) -> None:
+        """Drop the connection after a failed batch (a pipeline's state is not trusted)."""
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.close()
+        self._conn = None
+
+    @property
+    def skips(self) -> Skips:
+        """The operators' skip decisions, read from the log once, then kept by their events."""
+        if self._skips is None:
+            self._skips = skips(self.decisions())
+        return self._skips
+
+    def apply_batch(self, batch: Sequence[Delivered], retry: frozenset[UUID] = frozenset()
+                    ) -> int:
         """Apply a batch in one transaction; returns how many events changed the read models.
-
-        Statements are pipelined, so a row the database refuses is reported at the end of the
-        batch, without its event: the batch is then applied again statement by statement, which
-        stops at that event and records it in ``projection_failures``."""
+        ``retry``: aggregates whose parked events are tried again (they are in ``batch``)."""
         try:
-            return self._apply(batch, pipelined=True)
-        except psycopg.DatabaseError as error:
-            log.warning("projection %r: the database refused a row (%s); finding its event",
-                        self.name, error)
-            return self._apply(batch, pipelined=False)
+            return self._apply(batch, retry, pipelined=True)
+        except (_Redo, psycopg.DatabaseError) as error:
+            log.warning("projection %r: a row was refused or an event failed mid-batch (%s); "
+                        "applying the batch again, a savepoint per event", self.name, error)
+            return self._apply(batch, retry, pipelined=False)
 
-    def _apply(self, batch: Sequence[Delivered], pipelined: bool) -> int:
+    def retry(self, originator_id: UUID) -> int:
+        """A parked aggregate's events applied again from the log, after a fix: its parked rows
+        become ``retried``; what still fails is parked again."""
+        return self.apply_batch(self.fetch_missing(originator_id, 0, None),
+                                retry=frozenset({originator_id}))
+
+    def _apply(self, batch: Sequence[Delivered], retry: frozenset[UUID], pipelined: bool) -> int:
+        decided = [d for d in batch if isinstance(d.event, ProjectionDecisions.Skipped)]
+        tenants = {storable(t) for t in {d.tenant_id for d in batch}}
+        tenants |= {d.event.event_tenant for d in decided}
+        state = Batch()
         applied = 0
-        self._pipelined = pipelined
         try:
             with (self.conn.pipeline() if pipelined else contextlib.nullcontext()), \
                     self.conn.transaction(), self.conn.cursor() as cur:
-                cur.execute(self._lock_tenants, (f"{self.name}/{self.schema}",
-                                                 list({d.tenant_id for d in batch})))
-                versions = self._versions(cur, batch)  # read once the tenants are this one's
+                cur.execute(self.sql.lock_tenants, (f"{self.name}/{self.schema}", list(tenants)))
+                originators = {d.event.originator_id for d in batch} | retry
+                self.sql.read_state(cur, self.name, originators | {
+                    d.event.aggregate_id for d in decided}, state)  # once the tenants are ours
+                for originator_id in retry & state.parked.keys():
+                    self._release(cur, originator_id, state)
                 ordered = sorted(batch, key=lambda d: d.tenant_id)  # stable: keeps log order
                 for tenant_id, items in groupby(ordered, key=lambda d: d.tenant_id):
-                    applied += self._apply_tenant(cur, tenant_id, list(items), versions)
-        except ProjectionError:
+                    applied += self._apply_tenant(cur, storable(tenant_id), list(items), state,
+                                                  pipelined)
+                for decision in decided:
+                    applied += self._decide(cur, decision, state, pipelined)
+        except (ProjectionError, _Redo):
+            self._discard()
             raise
         except TRANSIENT as error:
-            self._conn = None
+            self._discard()
             raise ProjectionUnavailableError(
                 f"projection {self.name!r}: the database failed mid-batch: {error}") from error
         except Exception as error:
-            self._conn = None
+            self._discard()
             if pipelined and isinstance(error, psycopg.DatabaseError):
-                raise  # to apply_batch, which applies the batch again statement by statement
+                raise  # to apply_batch, which applies the batch again, a savepoint per event
             raise ProjectionError(f"projection {self.name!r} failed: {error}") from error
+        self._parked(state.recorded)
         return applied
 
-    def _versions(self, cur: psycopg.Cursor[Any], batch: Sequence[Delivered]
-                  ) -> dict[str, dict[UUID, int]]:
-        """Tenant → aggregate → last applied version, for the whole batch in one round trip (the
-        projector role reads every tenant's tracking; it writes only the tenant it set)."""
-        originators = list({d.event.originator_id for d in batch})
-        cur.execute(self._tracking, (self.name, originators))
-        versions: dict[str, dict[UUID, int]] = {}
-        for tenant_id, originator_id, version in cur.fetchall():
-            versions.setdefault(tenant_id, {})[originator_id] = version
-        return versions
+    def _release(self, cur: psycopg.Cursor[Any], originator_id: UUID, state: Batch) -> None:
+        """An aggregate un-parked: its parked rows (under each tenant they are under) retried."""
+        del state.parked[originator_id]
+        for tenant_id in sorted(state.parked_under.pop(originator_id, ())):
+            cur.execute(self.sql.set_tenant, (tenant_id,))
+            cur.execute(self.sql.unpark, (self.name, originator_id))
 
     def _apply_tenant(self, cur: psycopg.Cursor[Any], tenant_id: str, items: list[Delivered],
-                      known: dict[str, dict[UUID, int]]) -> int:
-        cur.execute(self._set_tenant, (tenant_id,))
-        versions = known.get(tenant_id, {})
+                      state: Batch, pipelined: bool) -> int:
+        cur.execute(self.sql.set_tenant, (tenant_id,))
+        versions = state.versions.setdefault(tenant_id, {})
         touched: set[UUID] = set()
         applied = 0
         for item in items:
             event = item.event
-            last = versions.get(event.originator_id, 0)
-            if event.originator_version <= last:
+            originator_id = event.originator_id
+            if event.originator_version <= versions.get(originator_id, 0):
                 continue  # already applied: a duplicate delivery
-            pending = self._fill_gap(event, last) + [event]
-            for each in pending:
-                self._apply_one(cur, each, item.notification_id)
-                versions[each.originator_id] = each.originator_version
-                applied += 1
-            touched.add(event.originator_id)
+            before = versions.get(originator_id, 0)
+            applied += self._apply_aggregate(cur, item, versions, state, pipelined)
+            if versions.get(originator_id, 0) > before:
+                touched.add(originator_id)
         position = max(d.notification_id for d in items)
-        if touched:
-            ids = list(touched)
-            cur.execute(self._track_and_position, (self.name, tenant_id, ids,
-                                                   [versions[i] for i in ids],
-                                                   self.name, tenant_id, position))
+        ids = list(touched)
+        tracked = (self.name, tenant_id, ids, [versions[i] for i in ids])
+        if tenant_id == self.LOG:  # the decisions' tenant: the log position is the catch-up's
+            if ids:
+                cur.execute(self.sql.track, tracked)
+        elif ids:
+            cur.execute(self.sql.track_and_position, (*tracked, self.name, tenant_id, position))
         else:
-            cur.execute(self._position, (self.name, tenant_id, position))
+            cur.execute(self.sql.position, (self.name, tenant_id, position))
         return applied
 
-    #: The pseudo-tenant of the log position: "every event up to here is applied", advanced
+    def _apply_aggregate(self, cur: psycopg.Cursor[Any], item: Delivered,
+                         versions: dict[UUID, int], state: Batch, pipelined: bool) -> int:
+        """``item`` applied after the versions it misses, or parked with them."""
+        originator_id = item.event.originator_id
+        first = state.parked.get(originator_id)
+        pending = [item] if first is not None else self._pending(
+            item, versions.get(originator_id, 0))
+        applied = 0
+        for each in pending:
+            if first is not None and each.event.originator_version == first.originator_version:
+                cur.execute(self.sql.met_again, (self.name, each.notification_id))
+                continue  # the parked event itself, delivered again: counted, left as it is
+            if first is not None:
+                self._record(cur, first.waiting(each.event, each.notification_id), state)
+                continue
+            first = self._apply_one(cur, each, pipelined)
+            if first is not None:
+                state.parked[originator_id] = first
+                state.parked_under.setdefault(originator_id, set()).add(first.tenant_id)
+                self._record(cur, first, state)
+                continue
+            versions[originator_id] = each.event.originator_version
+            applied += 1
+        return applied
+
+    def _pending(self, item: Delivered, last: int) -> list[Delivered]:
+        """The versions between ``last`` and ``item``'s from the log, then ``item``; a version
+        the log does not have stands as an undecodable event (it parks the aggregate)."""
+        event = item.event
+        if event.originator_version == last + 1:
+            return [item]
+        missing = self.fetch_missing(event.originator_id, last, event.originator_version)
+        expected = list(range(last + 1, event.originator_version))
+        if [d.event.originator_version for d in missing] != expected:
+            absent = Undecodable(event.originator_id, event.originator_version,
+                                 type(event).__qualname__, item.tenant_id,
+                                 f"versions {expected} are missing from the log")
+            return [Delivered(item.notification_id, absent)]
+        log.info("filled a gap of %d event(s) for %s from the log", len(missing),
+                 event.originator_id)
+        return [*missing, item]
+
+    def _apply_one(self, cur: psycopg.Cursor[Any], item: Delivered, pipelined: bool
+                   ) -> Failure | None:
+        """Apply one event; the failure that parks it, if it fails."""
+        event, notification_id = item.event, item.notification_id
+        skips = self.skips  # first: an undecodable event can be skipped too
+        skipped = skips.get((event.originator_id, event.originator_version)) if skips else None
+        if skipped is not None:
+            cur.execute(self.sql.failure, Failure.skipped(skipped).row(self.name))
+            return None
+        if isinstance(event, Undecodable):
+            return Failure.of(event, notification_id, UNDECODABLE, event.error)
+        try:
+            ops = operations(event, item.clean)
+        except Exception as error:
+            return Failure.of(event, notification_id, PROJECTION, error)
+        if pipelined:
+            try:
+                self.sink.apply_all(cur, ops)
+            except TRANSIENT:
+                raise
+            except Exception as error:  # some of its statements may be in the pipeline already
+                raise _Redo(f"notification {notification_id}: {error}") from error
+            return None
+        try:
+            with self.conn.transaction():  # a savepoint: a refused row takes only its event back
+                self.sink.apply_all(cur, ops)
+        except TRANSIENT:
+            raise
+        except Exception as error:
+            reason = REFUSED if isinstance(error, psycopg.DatabaseError) else PROJECTION
+            return Failure.of(event, notification_id, reason, error)
+        return None
+
+    def _decide(self, cur: psycopg.Cursor[Any], item: Delivered, state: Batch,
+                pipelined: bool) -> int:
+        """A skip decision arrived: the event it names is skipped from now on, its row says so,
+        and its aggregate's events up to the decision are applied again from the log."""
+        decision = item.event
+        self._skips = None  # read again: another process may have decided more meanwhile
+        self.skips[(decision.aggregate_id, decision.aggregate_version)] = decision
+        cur.execute(self.sql.set_tenant, (decision.event_tenant,))
+        cur.execute(self.sql.failure, Failure.skipped(decision).row(self.name))
+        if decision.aggregate_id not in state.parked:
+            return 0
+        self._release(cur, decision.aggregate_id, state)
+        last = state.versions.get(decision.event_tenant, {}).get(decision.aggregate_id, 0)
+        pending = [d for d in self.fetch_missing(decision.aggregate_id, last, None)
+                   if d.notification_id <= item.notification_id]
+        if not pending:
+            return 0
+        return self._apply_tenant(cur, decision.event_tenant, pending, state, pipelined)
+
+    def _record(self, cur: psycopg.Cursor[Any], failure: Failure, state: Batch) -> None:
+        cur.execute(self.sql.failure, failure.row(self.name))
+        state.recorded.append(failure)
+
+    def _parked(self, recorded: list[Failure]) -> None:
+        """Say what a committed batch parked: a new failure once, a waiting event quietly."""
+        self.parked += len(recorded)
+        for failure in recorded:
+            level = logging.DEBUG if failure.reason == WAITING else logging.WARNING
+            log.log(level, "projection %r parked v%s of %s (notification %s, tenant %s): %s",
+                    self.name, failure.originator_version, failure.originator_id,
+                    failure.notification_id, failure.tenant_id, failure.error)
+
+    #: The pseudo-tenant of the log position: "every event up to here is handled", advanced
     #: only by a catch-up that reads the log in order.
     LOG = "*"
 
     def log_position(self) -> int:
         with self.conn.transaction():
-            self.conn.execute(self._set_tenant, (self.LOG,))
-            row = self.conn.execute(sql.SQL(
-                "SELECT position FROM {}.projection_position WHERE projection = %s "
-                "AND tenant_id = %s").format(sql.Identifier(self.schema)),
-                (self.name, self.LOG)).fetchone()
+            self.conn.execute(self.sql.set_tenant, (self.LOG,))
+            row = self.conn.execute(self.sql.log_position, (self.name, self.LOG)).fetchone()
         return int(row[0]) if row else 0
 
     def mark_log_position(self, position: int) -> None:
         with self.conn.transaction():
-            self.conn.execute(self._set_tenant, (self.LOG,))
-            self.conn.execute(self._position, (self.name, self.LOG, position))
+            self.conn.execute(self.sql.set_tenant, (self.LOG,))
+            self.conn.execute(self.sql.position, (self.name, self.LOG, position))
 
-    def _fill_gap(self, event: Any, last: int) -> list[Any]:
-        if event.originator_version == last + 1:
-            return []
-        missing = self.fetch_missing(event.originator_id, last, event.originator_version)
-        expected = list(range(last + 1, event.originator_version))
-        if [e.originator_version for e in missing] != expected:
-            raise ProjectionError(
-                f"aggregate {event.originator_id}: versions {expected} are missing from the log"
-            )
-        log.info("filled a gap of %d event(s) for %s from the log", len(missing),
-                 event.originator_id)
-        return missing
-
-    def _apply_one(self, cur: psycopg.Cursor[Any], event: Any, notification_id: int) -> None:
-        try:
-            self.sink.apply_all(cur, project(event))
-        except TRANSIENT:
-            raise
-        except Exception as error:
-            if self._pipelined and isinstance(error, psycopg.DatabaseError):
-                raise  # a pipeline reports a refused row late: it may be an earlier event's
-            self.record_failure(event.tenant_id, notification_id, event.originator_id,
-                                event.originator_version, type(event).__qualname__, error)
-            raise ProjectionError(
-                f"cannot apply {type(event).__qualname__} v{event.originator_version} of "
-                f"{event.originator_id} (notification {notification_id}): {error}"
-            ) from error
-
-    def record_failure(
-        self, tenant_id: str, notification_id: int, originator_id: UUID | None,
-        version: int | None, topic: str | None, error: BaseException | str,
-    ) -> None:
-        """Record an event the projection could not apply, in a transaction of its own."""
+    def record(self, failure: Failure) -> None:
+        """Record a failure in a transaction of its own (one that is no event of a batch: a Kafka
+        message that is not a relayed event)."""
         try:
             with self.connect() as conn, conn.transaction():
-                conn.execute(self._set_tenant, (tenant_id,))
-                conn.execute(self._failure, (self.name, tenant_id, notification_id, originator_id,
-                                             version, topic, str(error)[:2000]))
+                conn.execute(self.sql.set_tenant, (failure.tenant_id,))
+                conn.execute(self.sql.failure, failure.row(self.name))
         except Exception:  # recording must not hide the original failure
-            log.exception("could not record the failure of notification %s", notification_id)
+            log.exception("could not record the failure of notification %s",
+                          failure.notification_id)
 
-
-def deliveries(notifications: Iterable[Any], to_domain_event: Callable[[Any], Any]
-               ) -> list[Delivered]:
-    return [Delivered(n.id, to_domain_event(n)) for n in notifications]

@@ -1,18 +1,20 @@
 """Replay: the same projection driven straight from the event store's notification log, no Kafka.
 
-``rebuild`` folds the whole log through :func:`projections.cards.project` into
-:class:`MemorySink` s (the server makes the fresh schema meanwhile), copies the rows into it,
+``rebuild`` folds the whole log through :func:`projections.cards.operations` into
+:class:`MemorySink` s (:mod:`projections.fold`; the server makes the fresh schema meanwhile),
+copies the rows into it (:mod:`projections.bulk`, in ``rebuild_workers`` forked processes),
 checks them, builds the secondary indexes over them (cheaper than maintaining them row by row),
 and swaps the schema in with two renames in one transaction (queries keep reading the old one
 until the commit). It then catches the new schema up incrementally with the events written
 meanwhile. With ``known_at`` it builds the read models as they were known at that moment into a
 schema of their own, and swaps nothing.
 
-The fold runs in ``rebuild_workers`` forked processes, each reading the events of its share of the
-aggregates straight from the event store. Every row the projection writes belongs to the
-aggregate whose events made it, except edges and arbitration cases (they name other aggregates'
-nodes): each process copies its own rows, and the edges and cases are gathered and copied once
-every share is in. With one worker the fold runs in the calling process.
+Poison events park their aggregates in the fold as the incremental projector parks them
+(decision 0007), and the operators' skip decisions are read from the log first; the rebuilt
+``projection_failures`` holds what is parked and what was skipped. A row the database refuses
+that the fold could not foresee (an edge to a parked card) sends the rebuild through the
+incremental projector instead (:func:`project_into`): slower, and exact. The report lists the
+parked events; a failure of the database is said in a sentence, not a traceback.
 
 ``catch_up`` applies the log from a position through the incremental :class:`Projector`: the same
 code a Kafka-fed projector runs.
@@ -20,24 +22,18 @@ code a Kafka-fed projector runs.
 
 from __future__ import annotations
 
-import gc
 import logging
 import multiprocessing
-import multiprocessing.connection
 import queue
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 from uuid import UUID
 
-from eventsourcing.persistence import Notification
+import psycopg
 from psycopg import sql
-from psycopg.rows import tuple_row
 
 from infra.postgres import (
     Database,
@@ -47,24 +43,28 @@ from infra.postgres import (
     vector_index_enabled,
 )
 from infra.settings import Settings
-from projections.cards import NAME, project
-from projections.projector import Delivered, ProjectionError, Projector
-from projections.schema import (
-    arm_words,
-    create_functions,
-    create_read_schema,
-    fill_words,
-    in_share,
-    index_statements,
+from projections.bulk import RowsRefusedError, fold_in_processes, share_of, write_rows
+from projections.eventlog import (
+    decisions,
+    events_table,
+    load_skips,
+    read_aggregate,
+    read_ahead,
+    read_log,
+    read_pages,
 )
-from projections.sinks import ARRAYS, MemorySink, array_literal, range_literal
-from projections.text import warm_up
+from projections.fold import Progress, fold
+from projections.projector import TRANSIENT, Delivered, ProjectionError, Projector
+from projections.schema import arm_words, create_functions, create_read_schema, index_statements
+from projections.status import parked
 from services.memory import Palimpsest
 
-log = logging.getLogger(__name__)
+#: Re-exported: the log's readers and the shares, as callers and tests have used them from here.
+__all__ = ["RebuildReport", "catch_up", "decisions", "events_table", "make_projector",
+           "project_into", "read_ahead", "read_aggregate", "read_log", "read_pages", "rebuild",
+           "share_of"]
 
-Progress = Callable[[int, int], None]
-PAGE = 1_000
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -76,334 +76,24 @@ class RebuildReport:
     rows: dict[str, int] = field(default_factory=dict)
     swapped: bool = False
     caught_up: int = 0
+    #: The events the rebuilt read models hold parked (as ``projection_failures`` lists them).
+    parked: list[dict[str, Any]] = field(default_factory=list)
+    #: Whether the database refused a row the fold made, so the log went through the projector.
+    projected: bool = False
 
     @property
     def rate(self) -> float:
         return self.events / self.seconds if self.seconds else 0.0
 
-
-def events_table(recorder: Any) -> sql.Composable:
-    """The event store's table, as ``recorder`` (the application's) names it."""
-    return sql.SQL("{}.{}").format(sql.Identifier(recorder.datastore.schema or "public"),
-                                   sql.Identifier(recorder.events_table_name))
-
-
-_PAGE = """SELECT notification_id, originator_id, originator_version, topic, state
-FROM {events} WHERE notification_id BETWEEN %s AND %s AND {share}
-ORDER BY notification_id LIMIT %s"""
-
-
-def read_pages(connect: Callable[[], AbstractContextManager[Any]], events: sql.Composable,
-               start: int, stop: int, share: tuple[int, int] | None = None
-               ) -> Iterator[list[Notification]]:
-    """The stored notifications in ``[start, stop]`` (of one share of the aggregates, if given),
-    page by page, in log order: read in binary, on one connection from ``connect``."""
-    query = sql.SQL(_PAGE).format(events=events, share=in_share("originator_id", share))
-    with connect() as conn, conn.cursor(binary=True, row_factory=tuple_row) as cur:
-        position = start
-        while position <= stop:
-            rows = cur.execute(query, (position, stop, PAGE), prepare=True).fetchall()
-            if not rows:
-                return
-            yield [Notification(id=id_, originator_id=originator, originator_version=version,
-                                topic=topic, state=state)
-                   for id_, originator, version, topic, state in rows]
-            position = rows[-1][0] + 1
-
-
-def decoded(mapper: Any, pages: Iterable[list[Notification]]) -> Iterator[Delivered]:
-    for page in pages:
-        for notification in page:
-            try:
-                event = mapper.to_domain_event(notification)
-            except Exception as error:
-                raise ProjectionError(
-                    f"notification {notification.id} ({notification.topic}) cannot be decoded: "
-                    f"{error}") from error
-            yield Delivered(notification.id, event)
-
-
-def read_log(app: Palimpsest, start: int, stop: int) -> Iterator[Delivered]:
-    """Every notification in ``[start, stop]``, decoded, in log order."""
-    recorder: Any = app.recorder  # eventsourcing's PostgreSQL recorder: its pool and table
-    return decoded(app.mapper, read_pages(recorder.datastore.get_connection,
-                                          events_table(recorder), start, stop))
-
-
-@contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector paused: a fold makes hundreds of thousands of dictionaries,
-    lists and tuples that live to its end and hold no cycles, and each full collection would walk
-    all of them again (and the tokenizer's dictionary)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-@dataclass
-class Folded:
-    """The log (or one share of its aggregates) folded into rows: each aggregate's last version,
-    each tenant's last notification, and how many events were read."""
-
-    sink: MemorySink
-    tracking: dict[tuple[str, Any], int]
-    positions: dict[str, int]
-    count: int
-
-
-def fold(deliveries: Iterable[Delivered], head: int, known_at: datetime | None,
-         progress: Progress | None = None) -> Folded:
-    """Events in log order (up to notification ``head``) applied to a :class:`MemorySink`; with
-    ``known_at``, those recorded after it are read and skipped. ``progress`` is told the
-    notification reached."""
-    folded = Folded(MemorySink(), {}, {}, 0)
-    sink, tracking, positions = folded.sink, folded.tracking, folded.positions
-    with collector_paused():
-        for delivered in deliveries:
-            event = delivered.event
-            folded.count += 1
-            if progress and folded.count % PAGE == 0:
-                progress(delivered.notification_id, head)
-            if known_at is not None and event.timestamp > known_at:
-                continue
-            sink.position = delivered.notification_id
-            try:
-                sink.apply_all(project(event))
-            except Exception as error:
-                raise ProjectionError(
-                    f"cannot apply {type(event).__qualname__} v{event.originator_version} of "
-                    f"{event.originator_id} (notification {delivered.notification_id}): {error}"
-                ) from error
-            tracking[(event.tenant_id, event.originator_id)] = event.originator_version
-            positions[event.tenant_id] = delivered.notification_id
-    if progress:
-        progress(head, head)
-    return folded
-
-
-#: A table's columns and rows, as ``MemorySink.rows`` gives them.
-Table = tuple[tuple[str, ...], list[tuple[Any, ...]]]
-Tables = dict[str, Table]
-
-
-def tracking_rows(tracking: dict[tuple[str, Any], int]) -> Table:
-    return (("projection", "tenant_id", "originator_id", "version"),
-            [(NAME, tenant, originator, version)
-             for (tenant, originator), version in tracking.items()])
-
-
-def position_rows(positions: dict[str, int], head: int) -> Table:
-    return (("projection", "tenant_id", "position"),
-            [(NAME, tenant, position) for tenant, position in positions.items()]
-            + [(NAME, Projector.LOG, head)])
-
-
-def copy_tables(cur: Any, schema: str, tables: Tables) -> dict[str, int]:
-    """Each table's rows copied into ``schema`` (COPY); the number copied per table."""
-    counts: dict[str, int] = {}
-    for table, (columns, rows) in tables.items():
-        statement = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
-            sql.Identifier(schema), sql.Identifier(table),
-            sql.SQL(", ").join(map(sql.Identifier, columns)))
-        literal = [(i, _LITERALS[c]) for i, c in enumerate(columns) if c in _LITERALS]
-        with cur.copy(statement) as copy:
-            for row in rows:
-                if literal:
-                    values = list(row)
-                    for i, to_literal in literal:
-                        values[i] = to_literal(values[i])
-                    copy.write_row(values)
-                else:
-                    copy.write_row(row)
-        counts[table] = len(rows)
-    return counts
-
-
-def check_counts(cur: Any, schema: str, counts: dict[str, int]) -> None:
-    """The rebuild's check: every row copied landed, and the keys held (a duplicate fails the
-    copy itself)."""
-    for table, expected in counts.items():
-        cur.execute(sql.SQL("SELECT count(*) FROM {}.{}").format(
-            sql.Identifier(schema), sql.Identifier(table)))
-        found = cur.fetchone()[0]
-        if found != expected:
-            raise ProjectionError(f"rebuild check: {table} has {found} rows, expected {expected}")
-
-
-def write_rows(admin: Database, schema: str, folded: Folded, head: int) -> dict[str, int]:
-    with collector_paused():
-        tables = folded.sink.rows()
-        tables["projection_tracking"] = tracking_rows(folded.tracking)
-        tables["projection_position"] = position_rows(folded.positions, head)
-        with admin.connect() as conn, conn.transaction(), conn.cursor() as cur:
-            counts = copy_tables(cur, schema, tables)
-            check_counts(cur, schema, counts)
-    return counts
-
-
-#: Tables whose rows name only their own aggregate's nodes: a share copies them itself. Edges and
-#: arbitration cases name other aggregates' nodes (a case its slot's), so they are gathered and
-#: copied once every share's nodes are in.
-SHARED = ("card_relations", "arbitration_queue")
-
-
-def share_of(aggregate_id: Any, shares: int) -> int:
-    """Which of ``shares`` rebuild processes folds an aggregate: its id's last byte modulo
-    ``shares`` (:func:`projections.schema.in_share` says the same in SQL)."""
-    return (cast(UUID, aggregate_id).int & 0xFF) % shares
-
-
-@dataclass
-class _Child:
-    process: Any
-    results: Any  # its rows' counts and what must be merged, or its error, back
-    reached: Any  # the last notification it applied
-
-
-def _fold_share(admin: Database, events: sql.Composable, schema: str, head: int,
-                known_at: datetime | None, share: tuple[int, int], mapper: Any, ready: Any,
-                reached: Any, results: Any) -> None:
-    """A rebuild process: read and fold its share of the aggregates' events, then, once the
-    schema is ready, copy its rows and write their words; send back what must be merged, or its
-    error."""
-    gc.disable()  # the process lives for one fold and copy (see collector_paused)
-    try:
-        def progress(done: int, total: int) -> None:
-            reached.value = done
-
-        folded = fold(decoded(mapper, read_pages(admin.connect, events, 1, head, share)), head,
-                      known_at, progress)
-        tables = folded.sink.rows()
-        for table in SHARED:
-            del tables[table]
-        tables["projection_tracking"] = tracking_rows(folded.tracking)
-        if not ready.wait(timeout=600):
-            raise ProjectionError("the fresh schema was not made within 10 minutes")
-        with admin.connect() as conn, conn.transaction(), conn.cursor() as cur:
-            counts = copy_tables(cur, schema, tables)
-            fill_words(cur, schema, share)
-        results.send((counts, folded.sink.edges, folded.sink.cases, folded.positions,
-                      folded.count))
-    except BaseException as error:  # the parent raises it: a message pickles, an error may not
-        results.send(f"{type(error).__name__}: {error}")
-
-
-def fold_in_processes(settings: Settings, app: Palimpsest, admin: Database, schema: str,
-                      head: int, known_at: datetime | None, workers: int,
-                      progress: Progress | None) -> tuple[dict[str, int], int]:
-    """The fold split by aggregate over ``workers`` forked processes, each reading its share of
-    the log itself, while this one makes the fresh schema; each process copies its own rows;
-    then this one copies the gathered edges, cases and positions and checks every table. An
-    aggregate's events all go to one process and every row but an edge or a case is its own
-    aggregate's, so the shares never meet."""
-    warm_up()  # loaded once here, then shared by the forked processes (each would load its own)
-    context = multiprocessing.get_context("fork")
-    ready = context.Event()
-    events = events_table(app.recorder)
-    children: list[_Child] = []
-    try:
-        for part in range(workers):
-            results_in, results_out = context.Pipe(duplex=False)
-            reached = context.Value("q", 0, lock=False)
-            process = context.Process(
-                target=_fold_share, name=f"rebuild-{part}", daemon=True,
-                args=(admin, events, schema, head, known_at, (part, workers), app.mapper, ready,
-                      reached, results_out))
-            process.start()
-            results_out.close()
-            children.append(_Child(process, results_in, reached))
-
-        def report() -> None:
-            if progress:
-                progress(min(child.reached.value for child in children), head)
-
-        fresh_schema(settings, admin, schema)
-        ready.set()
-        results = _gather(children, report)
-    except BaseException:
-        for child in children:  # no schema, or interrupted: the processes' work is lost anyway
-            child.process.terminate()
-        raise
-    finally:
-        for child in children:
-            child.process.join(timeout=5)
-            if child.process.is_alive():
-                child.process.terminate()
-                child.process.join()
-            child.results.close()
-    return _copy_gathered(admin, schema, head, results)
-
-
-def _gather(children: list[_Child], report: Callable[[], None]) -> list[Any]:
-    """Every process's results, in share order; an error if any failed (the first cause, not
-    the processes it stopped)."""
-    results: dict[int, Any] = {}
-    while len(results) < len(children):
-        for part, child in enumerate(children):
-            if part not in results and (child.results.poll() or not child.process.is_alive()):
-                results[part] = _result(child)
-        if any(isinstance(result, str) for result in results.values()):
-            for part, child in enumerate(children):  # the rebuild fails: stop the rest now
-                if part not in results:
-                    child.process.terminate()
-                    results[part] = "stopped: the rebuild was stopped"
-        report()
-        waiting = [c.results for p, c in enumerate(children) if p not in results]
-        if waiting:
-            multiprocessing.connection.wait(waiting, timeout=0.25)
-    failed = {part: result for part, result in results.items() if isinstance(result, str)}
-    if failed:
-        cause = {p: r for p, r in failed.items() if not r.startswith("stopped:")} or failed
-        raise ProjectionError("; ".join(f"rebuild process {p}: {r}" for p, r in cause.items()))
-    return [results[part] for part in sorted(results)]
-
-
-def _result(child: _Child) -> Any:
-    """What a process sent, or why it sent nothing (it died: the pipe ends empty)."""
-    try:
-        if child.results.poll():
-            return child.results.recv()
-    except EOFError:
-        pass
-    child.process.join(timeout=5)
-    return f"exited ({child.process.exitcode}) without a result"
-
-
-def _copy_gathered(admin: Database, schema: str, head: int, results: list[Any]
-                   ) -> tuple[dict[str, int], int]:
-    """The shares' edges (an edge made twice keeps the first notification's), cases and tenant
-    positions copied, and every table checked against the rows copied into it."""
-    counts: dict[str, int] = {}
-    gathered = MemorySink()
-    positions: dict[str, int] = {}
-    events = 0
-    for copied, edges, cases, their_positions, count in results:
-        for table, copied_rows in copied.items():
-            counts[table] = counts.get(table, 0) + copied_rows
-        for key, (position, at) in edges.items():
-            if key not in gathered.edges or position < gathered.edges[key][0]:
-                gathered.edges[key] = (position, at)
-        gathered.cases.update(cases)
-        for tenant, position in their_positions.items():
-            positions[tenant] = max(position, positions.get(tenant, 0))
-        events += count
-    rows = gathered.rows()
-    tables = {table: rows[table] for table in SHARED}
-    tables["projection_position"] = position_rows(positions, head)
-    with admin.connect() as conn, conn.transaction(), conn.cursor() as cur:
-        counts.update(copy_tables(cur, schema, tables))
-        check_counts(cur, schema, counts)
-    return counts, events
-
-
-#: Columns copied as literals of their own (the COPY would otherwise dump them element by element).
-_LITERALS: dict[str, Callable[[Any], str | None]] = {
-    **dict.fromkeys(ARRAYS, array_literal), "valid": range_literal, "known": range_literal,
-}
+    def parked_lines(self) -> list[str]:
+        """What the command line says about the parked events: nothing when there are none."""
+        if not self.parked:
+            return []
+        aggregates = len({p["originator_id"] for p in self.parked})
+        return [f"{len(self.parked)} event(s) of {aggregates} aggregate(s) parked "
+                "(palimpsest failures lists them; failures retry / skip):"] + [
+            f"  #{p['notification_id']} {p['tenant_id']} {p['originator_id']} "
+            f"v{p['originator_version']} {p['reason']}: {p['error']}" for p in self.parked[:20]]
 
 
 def swap(admin: Database, live: str, fresh: str) -> None:
@@ -420,13 +110,20 @@ def swap(admin: Database, live: str, fresh: str) -> None:
 
 
 def make_projector(settings: Settings, app: Palimpsest, schema: str | None = None,
-                   admin: Database | None = None) -> Projector:
+                   admin: Database | None = None, known_at: datetime | None = None
+                   ) -> Projector:
+    """The incremental projector as the projector role, reading gaps, retried aggregates and
+    the skip decisions (those recorded by ``known_at``, if given) from ``app``'s log."""
     projector_db = projector_database(admin or admin_database(settings), settings)
 
-    def fetch_missing(originator_id: Any, after: int, before: int) -> list[Any]:
-        return list(app.events.get(originator_id, gt=after, lte=before - 1))
+    def fetch_missing(originator_id: UUID, after: int, before: int | None) -> list[Delivered]:
+        return read_aggregate(app, originator_id, after, before)
 
-    return Projector(projector_db.connect, schema or settings.read_schema, fetch_missing)
+    def known_decisions() -> list[Any]:
+        return [d for d in decisions(app) if known_at is None or d.timestamp <= known_at]
+
+    return Projector(projector_db.connect, schema or settings.read_schema, fetch_missing,
+                     decisions=known_decisions)
 
 
 def catch_up(projector: Projector, app: Palimpsest, after: int | None = None,
@@ -442,48 +139,6 @@ def catch_up(projector: Projector, app: Palimpsest, after: int | None = None,
         if progress:
             progress(pending[-1].notification_id, head)
     return applied
-
-
-def read_ahead(app: Palimpsest, start: int, stop: int, size: int) -> Iterator[list[Delivered]]:
-    """The log ``[start, stop]`` in batches of ``size``, read and decoded one batch ahead by a
-    thread of its own: while a batch is applied (and waits on the database), the next is
-    decoded. An error reading or decoding is raised where its batch would have come."""
-    ready: queue.Queue[list[Delivered] | BaseException | None] = queue.Queue(maxsize=1)
-    done = threading.Event()
-
-    def put(item: list[Delivered] | BaseException | None) -> bool:
-        while not done.is_set():
-            try:
-                ready.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def read() -> None:
-        try:
-            pending: list[Delivered] = []
-            for delivered in read_log(app, start, stop):
-                pending.append(delivered)
-                if len(pending) >= size:
-                    if not put(pending):
-                        return
-                    pending = []
-            if not pending or put(pending):
-                put(None)
-        except BaseException as error:  # handed to the caller, in order
-            put(error)
-
-    reader = threading.Thread(target=read, name="log-reader", daemon=True)
-    reader.start()
-    try:
-        while (item := ready.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        done.set()
-        reader.join(timeout=5)
 
 
 def build_indexes(admin: Database, schema: str, hnsw: bool, words: bool, connections: int
@@ -540,6 +195,8 @@ def rebuild(settings: Settings, app: Palimpsest, *, known_at: datetime | None = 
                               "or rebuild --into another schema")
     try:
         return _rebuild(settings, app, admin, target, known_at, into, progress, workers)
+    except psycopg.Error as error:  # said in a sentence, not a traceback
+        raise ProjectionError(f"the rebuild into {target} failed: {error}") from error
     finally:
         lease.release()
 
@@ -550,18 +207,21 @@ def _rebuild(settings: Settings, app: Palimpsest, admin: Database, target: str,
     live = settings.read_schema
     started = time.perf_counter()
     head = app.recorder.max_notification_id() or 0
-    if workers > 1:
-        rows, count = fold_in_processes(settings, app, admin, target, head, known_at, workers,
-                                        progress)
-    else:
-        with ThreadPoolExecutor(max_workers=1) as thread:  # the server makes the schema meanwhile
-            schema = thread.submit(fresh_schema, settings, admin, target)
-            folded = fold(read_log(app, 1, head), head, known_at, progress)
-            schema.result()
-        rows, count = write_rows(admin, target, folded, head), folded.count
-    build_indexes(admin, target, vector_index_enabled(settings), words=workers == 1,
-                  connections=workers)
-    report = RebuildReport(target, count, head, time.perf_counter() - started, rows)
+    hnsw, projected = vector_index_enabled(settings), False
+    try:
+        rows, count = _fold_and_copy(settings, app, admin, target, head, known_at, progress,
+                                     workers)
+        build_indexes(admin, target, hnsw, words=workers == 1, connections=workers)
+    except (RowsRefusedError, psycopg.DatabaseError) as error:
+        if isinstance(error, TRANSIENT):
+            raise
+        log.warning("rebuild: the database refused a row the fold made (%s); projecting the log "
+                    "into %s through the incremental projector instead", error, target)
+        rows, count = project_into(settings, app, admin, target, head, known_at, progress)
+        build_indexes(admin, target, hnsw, words=True, connections=workers)
+        projected = True
+    report = RebuildReport(target, count, head, time.perf_counter() - started, rows,
+                           parked=parked(admin, settings, schema=target).events, projected=projected)
     if known_at is None and into is None:
         swap(admin, live, target)
         report.schema, report.swapped = live, True
@@ -572,3 +232,52 @@ def _rebuild(settings: Settings, app: Palimpsest, admin: Database, target: str,
             projector.close()
     log.info("rebuilt %s: %d events in %.1f s", report.schema, count, report.seconds)
     return report
+
+
+def _fold_and_copy(settings: Settings, app: Palimpsest, admin: Database, target: str, head: int,
+                   known_at: datetime | None, progress: Progress | None, workers: int
+                   ) -> tuple[dict[str, int], int]:
+    """The log folded (in ``workers`` processes) and copied into a fresh ``target``: rows
+    copied per table, and events read."""
+    skipped = load_skips(app, known_at)
+    if workers > 1:
+        return fold_in_processes(lambda: fresh_schema(settings, admin, target), app, admin,
+                                 target, head, known_at, workers, progress, skipped)
+    with ThreadPoolExecutor(max_workers=1) as thread:  # the server makes the schema meanwhile
+        schema = thread.submit(fresh_schema, settings, admin, target)
+        folded = fold(read_log(app, 1, head), head, known_at, progress, skipped)
+        schema.result()
+    return write_rows(admin, target, folded, head), folded.count
+
+
+#: The tables a rebuild fills, counted for its report.
+FILLED = ("nodes", "slots", "cards", "card_versions", "card_relations", "arbitration_queue",
+          "projection_tracking", "projection_position", "projection_failures")
+
+
+def project_into(settings: Settings, app: Palimpsest, admin: Database, schema: str, head: int,
+                 known_at: datetime | None, progress: Progress | None = None
+                 ) -> tuple[dict[str, int], int]:
+    """The log up to ``head`` projected into a fresh ``schema`` through the incremental projector:
+    what a rebuild does when the database refuses a row its fold made. At the catch-up's rate,
+    and exact: each event is parked where the live projector parks it."""
+    fresh_schema(settings, admin, schema)
+    projector = make_projector(settings, app, schema, admin, known_at)
+    count = 0
+    try:
+        for batch in read_ahead(app, 1, head, settings.projector_batch):
+            count += len(batch)
+            known = [d for d in batch if known_at is None or d.event.timestamp is None
+                     or d.event.timestamp <= known_at]
+            if known:
+                projector.apply_batch(known)
+            if progress:
+                progress(batch[-1].notification_id, head)
+        projector.mark_log_position(head)
+    finally:
+        projector.close()
+    with admin.connect() as conn:
+        counts = {table: conn.execute(sql.SQL("SELECT count(*) FROM {}.{}").format(
+            sql.Identifier(schema), sql.Identifier(table))).fetchone()[0]  # type: ignore[index]
+            for table in FILLED}
+    return counts, count

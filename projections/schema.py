@@ -202,7 +202,14 @@ CREATE TABLE IF NOT EXISTS {s}.projection_position (
     updated_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (projection, tenant_id)
 );
--- Events a projection could not apply: it stops there; tracking does not move past them.
+-- Parked events (decision 0007): an event a projection could not decode or apply, or whose row
+-- the database refused, parks its aggregate there; it and each later event of that aggregate are a
+-- row here, tracking stays before them, every other aggregate goes on. The operator's handle is the
+-- notification id. ``status``: parked | retried (tried again: applied, or parked again as a new
+-- failure) | skipped (an operator's decision, an event in the log, so a rebuild skips it too).
+-- ``reason``: undecodable | projection (the projection raised) | refused (the database refused a
+-- row) | waiting (an earlier event of its aggregate is parked) | message (a Kafka message that is
+-- no relayed event: notification -1, tenant '*'). ``failures``: how many times it was met.
 CREATE TABLE IF NOT EXISTS {s}.projection_failures (
     projection text NOT NULL,
     tenant_id text NOT NULL,
@@ -214,6 +221,19 @@ CREATE TABLE IF NOT EXISTS {s}.projection_failures (
     failed_at timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (projection, notification_id)
 );
+-- Rows of an earlier release, whose projector stopped at them, are tried again (status retried).
+ALTER TABLE {s}.projection_failures
+    ADD COLUMN IF NOT EXISTS status text NOT NULL DEFAULT 'retried',
+    ADD COLUMN IF NOT EXISTS reason text NOT NULL DEFAULT 'projection',
+    ADD COLUMN IF NOT EXISTS failures integer NOT NULL DEFAULT 1,
+    ADD COLUMN IF NOT EXISTS last_failed_at timestamptz NOT NULL DEFAULT now(),
+    ADD COLUMN IF NOT EXISTS resolved_at timestamptz,
+    ADD COLUMN IF NOT EXISTS resolved_by text,
+    ADD COLUMN IF NOT EXISTS resolution text;
+ALTER TABLE {s}.projection_failures ALTER COLUMN status SET DEFAULT 'parked';
+-- Read with the tracking in every batch: which of its aggregates are parked.
+CREATE INDEX IF NOT EXISTS projection_failures_parked ON {s}.projection_failures
+    (projection, originator_id, originator_version) WHERE status = 'parked';
 """
 
 #: The words index's functions. Their statements name the schema: ``swap`` runs this again for

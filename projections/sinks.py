@@ -21,6 +21,7 @@ from projections.ops import (
     CHANGEABLE,
     FROM_SLOT,
     SLOT_COLUMNS,
+    AddProposal,
     ChangeCard,
     DecideCase,
     PutCard,
@@ -55,6 +56,11 @@ def range_literal(value: Range[datetime] | None) -> str | None:
     lower = "" if value.lower is None else f'"{value.lower.isoformat()}"'
     upper = "" if value.upper is None else f'"{value.upper.isoformat()}"'
     return f"{'[' if value.lower_inc else '('}{lower},{upper}{']' if value.upper_inc else ')'}"
+
+
+class RowRefusedError(ValueError):
+    """A row the database would refuse (its key is taken): :class:`MemorySink` says so as the
+    database would, so that a rebuild parks the event the incremental projector parks."""
 
 
 def _rule(rules: dict[type, Callable[..., None]], op: Any) -> Callable[..., None]:
@@ -135,6 +141,9 @@ class PostgresSink:
         self._decide = sql.SQL(
             "UPDATE {}.arbitration_queue SET decision = %s, decided_by = %s, decided_at = %s "
             "WHERE tenant_id = %s AND case_id = %s").format(s)
+        self._propose = sql.SQL(
+            "UPDATE {}.arbitration_queue SET proposed_value = %s, proposed_card_id = %s, "
+            "proposed_valid_from = %s, reason = %s WHERE tenant_id = %s AND case_id = %s").format(s)
         self._changes: dict[tuple[str, ...], str] = {}
         for name, value in list(vars(self).items()):  # render once: composing per call is slow
             if isinstance(value, sql.Composable):
@@ -143,7 +152,7 @@ class PostgresSink:
         self._rules: dict[type, Callable[[Any, psycopg.Cursor[Any]], None]] = {
             PutNode: self._put_node, PutSlot: self._put_slot, PutCard: self._put_card,
             ChangeCard: self._change_card, PutEdge: self._put_edge, PutCase: self._put_case,
-            DecideCase: self._decide_case,
+            AddProposal: self._add_proposal, DecideCase: self._decide_case,
         }
 
     def apply_all(self, cur: psycopg.Cursor[Any], ops: Iterable[Any]) -> None:
@@ -222,13 +231,22 @@ class PostgresSink:
     def _put_case(self, op: PutCase, cur: psycopg.Cursor[Any]) -> None:
         cur.execute(self._case, [_param(c, op.row[c]) for c in CASE_COLUMNS])
 
+    def _add_proposal(self, op: AddProposal, cur: psycopg.Cursor[Any]) -> None:
+        cur.execute(self._propose, (op.proposed_value, op.proposed_card_id, op.proposed_valid_from,
+                                    op.reason, op.tenant_id, op.case_id))
+
     def _decide_case(self, op: DecideCase, cur: psycopg.Cursor[Any]) -> None:
         cur.execute(self._decide, (op.decision, op.decided_by, op.decided_at, op.tenant_id,
                                    op.case_id))
 
 
 class MemorySink:
-    """Builds every read-model row in dictionaries; :meth:`rows` gives them table by table."""
+    """Builds every read-model row in dictionaries; :meth:`rows` gives them table by table.
+
+    It does what the database does with the same operations: a change of a row that is not there
+    (a card, a case, a state card's slot) changes nothing, as an UPDATE of no row; a key put twice
+    is refused, and an event's operations are checked before any is applied (:meth:`check`), so a
+    refused event leaves nothing behind, as its savepoint would."""
 
     def __init__(self) -> None:
         self.nodes: dict[tuple[str, UUID], str] = {}
@@ -243,13 +261,40 @@ class MemorySink:
         self._rules: dict[type, Callable[[Any], None]] = {
             PutNode: self._put_node, PutSlot: self._put_slot, PutCard: self._put_card,
             ChangeCard: self._change_card, PutEdge: self._put_edge, PutCase: self._put_case,
-            DecideCase: self._decide_case,
+            AddProposal: self._add_proposal, DecideCase: self._decide_case,
         }
 
-    def apply_all(self, ops: Iterable[Any]) -> None:
+    def apply_all(self, ops: list[Any]) -> None:
+        self.check(ops)
         rules = self._rules
         for op in ops:
-            _rule(rules, op)(op)
+            rules[type(op)](op)
+
+    def check(self, ops: list[Any]) -> None:
+        """Raise what would refuse ``ops`` before any of them is applied: an operation without a
+        rule, a change of a column no change may touch, a card, slot or case put twice."""
+        seen: list[tuple[type, tuple[str, Any]]] = []
+        for op in ops:
+            kind = type(op)
+            if kind is PutNode or kind is PutEdge:
+                continue
+            if kind is PutCard:
+                key, table = (op.row["tenant_id"], op.row["card_id"]), self.cards
+            elif kind is ChangeCard:
+                for column in op.changes:
+                    if column not in CHANGEABLE and column not in ADDED:
+                        raise ValueError(f"column {column!r} cannot change")
+                continue
+            elif kind is PutSlot:
+                key, table = (op.row["tenant_id"], op.row["slot_id"]), self.slots
+            elif kind is PutCase:
+                key, table = (op.row["tenant_id"], op.row["case_id"]), self.cases
+            else:
+                _rule(self._rules, op)
+                continue
+            if key in table or (kind, key) in seen:
+                raise RowRefusedError(f"{kind.__name__}: key {key} already exists")
+            seen.append((kind, key))
 
     def apply(self, op: Any) -> None:
         _rule(self._rules, op)(op)
@@ -267,7 +312,9 @@ class MemorySink:
             row[column] = list(row[column] or ())
         row["fuzzy_text"] = row["fuzzy_text"] or ""
         if op.slot_id is not None:
-            slot = self.slots[(row["tenant_id"], op.slot_id)]
+            slot = self.slots.get((row["tenant_id"], op.slot_id))
+            if slot is None:  # the database's INSERT … SELECT from its slot inserts nothing
+                return
             for column in FROM_SLOT:
                 row[column] = slot[column]
         row["version"] = 1
@@ -277,7 +324,9 @@ class MemorySink:
 
     def _change_card(self, op: ChangeCard) -> None:
         key = (op.tenant_id, op.card_id)
-        row = self.cards[key]
+        row = self.cards.get(key)
+        if row is None:  # an UPDATE of no row
+            return
         for column, value in op.changes.items():
             if column in ADDED:
                 row[ADDED[column]] = _merge_tags(row[ADDED[column]], value)
@@ -302,8 +351,13 @@ class MemorySink:
             "decision": None, "decided_by": None, "decided_at": None,
         }
 
+    def _add_proposal(self, op: AddProposal) -> None:
+        self.cases.get((op.tenant_id, op.case_id), {}).update(
+            proposed_value=op.proposed_value, proposed_card_id=op.proposed_card_id,
+            proposed_valid_from=op.proposed_valid_from, reason=op.reason)
+
     def _decide_case(self, op: DecideCase) -> None:
-        self.cases[(op.tenant_id, op.case_id)].update(
+        self.cases.get((op.tenant_id, op.case_id), {}).update(
             decision=op.decision, decided_by=op.decided_by, decided_at=op.decided_at)
 
     @staticmethod

@@ -1,12 +1,18 @@
-"""How far behind the log each consumer is: the lag metric and ``palimpsest status``."""
+"""How far behind the log each consumer is, and which parts are alive: the lag metric and
+``palimpsest status``."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
+import psycopg
 from psycopg import sql
+from psycopg.rows import dict_row
 
+from infra.heartbeats import Liveness, read_liveness
 from infra.postgres import EVENTS_TABLE, Database
 from infra.settings import Settings
 from projections.cards import NAME
@@ -30,9 +36,15 @@ class Status:
     projections: list[ProjectionStatus]
     cards: int
     embeddings_pending: int
+    #: ``broker``, ``relay``, ``projector`` → alive / dead / unknown, from their heartbeats.
+    liveness: dict[str, Liveness] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def liveness_lines(self) -> list[str]:
+        """One line per part: ``relay: alive (beat 0.8 s ago, last progress …) — position 42``."""
+        return [_liveness_line(part) for part in self.liveness.values()]
 
     def prometheus(self) -> str:
         """The figures in Prometheus' text exposition format."""
@@ -51,7 +63,7 @@ class Status:
             lines += ["# TYPE palimpsest_relay_lag gauge", f"palimpsest_relay_lag {self.relay_lag}"]
         lines += ["# TYPE palimpsest_embeddings_pending gauge",
                   f"palimpsest_embeddings_pending {self.embeddings_pending}"]
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + _liveness_lines(self.liveness.values())) + "\n"
 
 
 def read_status(db: Database, settings: Settings) -> Status:
@@ -68,8 +80,9 @@ def read_status(db: Database, settings: Settings) -> Status:
         failures = conn.execute(sql.SQL(
             "SELECT tenant_id, notification_id, originator_id::text, originator_version, topic, "
             "error, failed_at::text FROM {}.projection_failures WHERE projection = %s "
-            "ORDER BY notification_id").format(read), (NAME,)).fetchall()
+            "AND status = 'parked' ORDER BY notification_id").format(read), (NAME,)).fetchall()
         cards = conn.execute(sql.SQL("SELECT count(*) FROM {}.cards").format(read)).fetchone()[0]  # type: ignore[index]
+        liveness = read_liveness(conn, settings.event_schema)
         pending = conn.execute(sql.SQL(
             "SELECT count(*) FROM {s}.cards c LEFT JOIN {s}.card_embeddings e "
             "USING (tenant_id, card_id) WHERE e.card_id IS NULL").format(s=read)).fetchone()[0]  # type: ignore[index]
@@ -82,7 +95,58 @@ def read_status(db: Database, settings: Settings) -> Status:
         NAME, position, log_position, max(head - position, 0), len(positions),
         [dict(zip(keys, row, strict=True)) for row in failures])
     relay_lag = None if relay is None else max(head - relay, 0)
-    return Status(head, relay, relay_lag, [projection], cards, pending)
+    return Status(head, relay, relay_lag, [projection], cards, pending, liveness)
+
+
+def _liveness_line(part: Liveness) -> str:
+    if part.state == "unknown":
+        return f"{part.role}: unknown (no heartbeat: it never ran against this store)"
+    progress = "never" if part.progress_at is None else f"{part.progress_at:%Y-%m-%d %H:%M:%S %Z}"
+    detail = f" — {part.detail}" if part.detail else ""
+    stopped = ", stopped" if part.stopped else ""
+    return (f"{part.role}: {part.state} (last heartbeat {part.age:.1f} s ago from {part.process}"
+            f"{stopped}, last progress {progress}){detail}")
+
+
+def _liveness_lines(roles: Iterable[Liveness]) -> list[str]:
+    known = [r for r in roles if r.state != "unknown"]
+    lines = ["# HELP palimpsest_up 1 while the part's heartbeat is fresh, 0 once it is stale or "
+             "stopped (no sample: it never beat here).", "# TYPE palimpsest_up gauge"]
+    lines += [f'palimpsest_up{{role="{r.role}"}} {int(r.state == "alive")}' for r in known]
+    lines += ["# HELP palimpsest_heartbeat_age_seconds Seconds since the part's last heartbeat.",
+              "# TYPE palimpsest_heartbeat_age_seconds gauge"]
+    lines += [f'palimpsest_heartbeat_age_seconds{{role="{r.role}"}} {r.age:.1f}'
+              for r in known if r.age is not None]
+    lines += ["# HELP palimpsest_last_progress_timestamp_seconds When the part last moved (published, "
+              "applied, answered).", "# TYPE palimpsest_last_progress_timestamp_seconds gauge"]
+    lines += [f'palimpsest_last_progress_timestamp_seconds{{role="{r.role}"}} '
+              f"{r.progress_at.timestamp():.3f}" for r in known if r.progress_at is not None]
+    return lines
+
+
+class NotInitialisedError(RuntimeError):
+    """The data folder or database holds no event store yet."""
+
+
+def check_initialised(settings: Settings) -> None:
+    """Raise :class:`NotInitialisedError` where the embedded server was never made (without making
+    it: ``status`` must not create a database)."""
+    if settings.database_url is None and not (Path(settings.data_dir) / "pg" / "PG_VERSION").exists():
+        raise NotInitialisedError(
+            f"no event store in {Path(settings.data_dir).resolve()}: the data folder was never "
+            "initialised. Run `palimpsest init-db` (or start `palimpsest pipeline`) first.")
+
+
+def not_initialised(error: psycopg.Error, settings: Settings) -> NotInitialisedError | None:
+    """The error a status read meets on a database without the event store's roles or tables,
+    said as such (None for any other error)."""
+    missing = isinstance(error, psycopg.errors.UndefinedTable | psycopg.errors.InvalidSchemaName) or (
+        isinstance(error, psycopg.OperationalError) and "does not exist" in str(error))
+    if not missing:
+        return None
+    where = "the database" if settings.database_url else str(Path(settings.data_dir).resolve())
+    return NotInitialisedError(f"{where} holds no event store yet ({str(error).strip()}). "
+                               "Run `palimpsest init-db` first.")
 
 
 def _relay_position(conn: Any, settings: Settings) -> int | None:
@@ -93,3 +157,55 @@ def _relay_position(conn: Any, settings: Settings) -> int | None:
     except Exception:  # no relay has run against this store yet
         return None
     return None if row is None or row[0] is None else int(row[0])
+
+
+@dataclass
+class Parked:
+    """The events a projection holds parked (decision 0007), oldest first: each a row of
+    ``projection_failures`` (``notification_id`` is the operator's handle)."""
+
+    projection: str
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def aggregates(self) -> int:
+        return len({e["originator_id"] for e in self.events if e["status"] == "parked"})
+
+    @property
+    def count(self) -> int:
+        return sum(1 for e in self.events if e["status"] == "parked")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"projection": self.projection, "parked": self.count,
+                "aggregates": self.aggregates, "events": self.events}
+
+    def prometheus(self) -> str:
+        """The parked events and aggregates as gauges, in Prometheus' text exposition format."""
+        label = f'{{projection="{self.projection}"}}'
+        return "\n".join([
+            "# HELP palimpsest_projection_parked Events parked: not applied until retried or "
+            "skipped.",
+            "# TYPE palimpsest_projection_parked gauge",
+            f"palimpsest_projection_parked{label} {self.count}",
+            "# HELP palimpsest_projection_parked_aggregates Aggregates with parked events.",
+            "# TYPE palimpsest_projection_parked_aggregates gauge",
+            f"palimpsest_projection_parked_aggregates{label} {self.aggregates}",
+        ]) + "\n"
+
+
+_PARKED = """SELECT notification_id, tenant_id, originator_id, originator_version, topic, reason,
+    error, status, failures, failed_at AS since, last_failed_at, resolution, resolved_by,
+    resolved_at
+FROM {}.projection_failures WHERE projection = %s AND (status = 'parked' OR %s)
+ORDER BY notification_id"""
+
+
+def parked(db: Database, settings: Settings, *, resolved: bool = False,
+           schema: str | None = None) -> Parked:
+    """The events parked in the read models (of ``schema``, default ``settings.read_schema``);
+    with ``resolved``, the retried and skipped ones too. ``db``: a role that reads every tenant's
+    bookkeeping (the projector's, or the administrator)."""
+    query = sql.SQL(_PARKED).format(sql.Identifier(schema or settings.read_schema))
+    with db.connect() as conn, conn.cursor(row_factory=dict_row) as cur:
+        events = cur.execute(query, (NAME, resolved)).fetchall()
+    return Parked(NAME, [dict(e) for e in events])

@@ -333,6 +333,11 @@ def bigram_similarity(a: Sequence[str], b: Sequence[str]) -> float:
 # resources
 
 
+def loaded() -> bool:
+    """Whether the tokenizer is loaded (a call that loads it is a warm-up, not a sample)."""
+    return _tokenizer is not None
+
+
 def warm_up() -> None:
     """Load the tokenizer and OpenCC now rather than on the first request."""
     _jieba()

@@ -1,14 +1,18 @@
 """The command side: an eventsourcing Application whose methods load, make one domain call, save.
 
-Every command runs through :meth:`Palimpsest._execute`, which gives it three properties:
-idempotency by client request id (a receipt saved with the command's events), reload-and-decide
-again when another writer won the race on the same aggregate, and store failures reported as
-retryable errors.
+Every command runs through :meth:`Palimpsest._execute`, which gives it four properties: its text
+is checked before anything is computed (DESIGN §4), idempotency by client request id (a receipt
+saved with the command's events), turns on contended aggregates — it saves holding the locks of
+the stored aggregates it changes, so writers hammering one slot take turns instead of losing
+races (``services.locks``, decision 0006), and still reloads and decides again when it loses one —
+and store failures reported as retryable errors.
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
+import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any, TypeVar
@@ -27,8 +31,11 @@ from domain.errors import (
 )
 from domain.policy import Policy
 from domain.receipt import Receipt
+from domain.rules.validation import check_fields
+from domain.values import check_tenant
 from infra.transcodings import register_domain_transcodings
 from services.commands import Command, WriteResult
+from services.locks import LocalLocks, PostgresLocks, Turn
 
 Clock = Callable[[], datetime]
 A = TypeVar("A", bound=TenantAggregate)
@@ -41,7 +48,14 @@ def utc_now() -> datetime:
 
 
 class BaseApplication(Application[UUID]):
-    """Loading by tenant, saving with receipts and retries; the commands live in subclasses."""
+    """Loading by tenant, saving with receipts and retries; the commands live in subclasses.
+
+    ``conflict_lock``: a command saves holding the locks of the stored aggregates it changes
+    (``services.locks``), so writers of one slot take turns; ``conflict_retries``: how often it
+    reloads and decides again after losing a race all the same (a slot two writers open at once;
+    a lock not had in time); ``conflict_backoff``: the longest pause before such a retry, in
+    seconds (a random share of it, 5 ms doubling per retry up to it; 0 = none);
+    ``lock_connections``: how many PostgreSQL lock sessions one process may hold at once."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Every subclass shares one event store (``palimpsest_events``), whatever its class name.
@@ -52,12 +66,27 @@ class BaseApplication(Application[UUID]):
 
     def __init__(
         self, env: dict[str, str], policy: Policy | None = None, clock: Clock = utc_now,
-        conflict_retries: int = 3,
+        conflict_retries: int = 3, conflict_lock: bool = True, conflict_backoff: float = 0.05,
+        lock_connections: int = 8,
     ) -> None:
         super().__init__(env=env)
         self.policy = policy or Policy()
         self.clock = clock
         self.conflict_retries = conflict_retries
+        self.conflict_backoff = conflict_backoff
+        self.locks = self._make_locks(lock_connections) if conflict_lock else None
+
+    def _make_locks(self, connections: int) -> LocalLocks:
+        datastore: Any = getattr(self.recorder, "datastore", None)
+        if datastore is None:  # the in-memory store lives in this process
+            return LocalLocks()
+        timeout = float(self.env.get("POSTGRES_LOCK_TIMEOUT") or 5)
+        return PostgresLocks(dict(datastore.pool.kwargs), connections, timeout)
+
+    def close(self) -> None:
+        if self.locks is not None:
+            self.locks.close()
+        super().close()
 
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
@@ -91,31 +120,48 @@ class BaseApplication(Application[UUID]):
         return uuid4()
 
     def _execute(self, tenant_id: str, command: Command, decide: Decide) -> WriteResult:
+        check_tenant(tenant_id)
+        check_fields(dict(command))  # before anything is computed: the fingerprint serialises it
         name = type(command).__name__
         fingerprint = _fingerprint(command)
-        for _ in range(self.conflict_retries + 1):
-            earlier = self._receipt(tenant_id, command, name, fingerprint)
-            if earlier is not None:
-                return earlier
-            now = self.clock()
-            aggregates, answer = decide(now)
-            aggregates = list(aggregates)
-            if command.request_id:
-                aggregates.append(Receipt(
-                    tenant_id=tenant_id, request_id=command.request_id, command=name,
-                    fingerprint=fingerprint, answer=answer.model_dump(mode="json"), timestamp=now,
-                ))
-            try:
-                recordings = self.save(*aggregates)
-            except IntegrityError:
-                continue  # another writer moved an aggregate first: reload and decide again
-            except PersistenceError as error:
-                raise StoreUnavailableError(f"the event store failed: {error}") from error
-            position = max((r.notification.id for r in recordings), default=None)
-            return answer.model_copy(update={"position": position})
-        raise ConcurrentWriteError(
-            f"{name} lost the race {self.conflict_retries + 1} times; retry it"
-        )
+        lost = 0
+        with Turn(self.locks) as turn:
+            while True:
+                earlier = self._receipt(tenant_id, command, name, fingerprint)
+                if earlier is not None:
+                    return earlier
+                now = self.clock()
+                aggregates, answer = decide(now)
+                aggregates = list(aggregates)
+                if turn.take(_existing(aggregates)):
+                    continue  # another writer held an aggregate meanwhile: decide again, in turn
+                if command.request_id:
+                    aggregates.append(Receipt(
+                        tenant_id=tenant_id, request_id=command.request_id, command=name,
+                        fingerprint=fingerprint, answer=answer.model_dump(mode="json"),
+                        timestamp=now,
+                    ))
+                try:
+                    recordings = self.save(*aggregates)
+                except IntegrityError:  # another writer moved an aggregate first
+                    lost += 1
+                    if lost > self.conflict_retries:
+                        raise ConcurrentWriteError(f"{name} lost the race {lost} times; retry it"
+                                                   ) from None
+                    self._back_off(lost)
+                    turn.take(a.id for a in aggregates)  # then reload and decide again, in turn
+                    continue
+                except PersistenceError as error:
+                    raise StoreUnavailableError(f"the event store failed: {error}") from error
+                position = max((r.notification.id for r in recordings), default=None)
+                return answer.model_copy(update={"position": position})
+
+    def _back_off(self, lost: int) -> None:
+        """A random pause, up to ``conflict_backoff`` and growing with each retry: writers that
+        keep colliding spread out instead of colliding again."""
+        if self.conflict_backoff > 0:
+            ceiling = min(self.conflict_backoff, 0.005 * 2 ** (lost - 1))
+            time.sleep(random.uniform(0, ceiling))  # jitter, not a secret
 
     def _receipt(
         self, tenant_id: str, command: Command, name: str, fingerprint: str
@@ -130,6 +176,13 @@ class BaseApplication(Application[UUID]):
                 f"request id {command.request_id!r} was already used for a different command"
             )
         return WriteResult.model_validate({**receipt.answer, "replayed": True})
+
+
+def _existing(aggregates: Sequence[Aggregate]) -> list[UUID]:
+    """The aggregates a decision changes that were stored before it: the ones a race is on (a new
+    card's id is new; two writers opening one slot at once meet on their first save)."""
+    return [a.id for a in aggregates
+            if a.pending_events and a.pending_events[0].originator_version > 1]
 
 
 def _fingerprint(command: Command) -> str:

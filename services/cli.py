@@ -10,7 +10,7 @@ import typer
 
 from domain.errors import PalimpsestError
 from infra.settings import Settings
-from services import cli_queries
+from services import cli_failures, cli_queries
 
 cli = typer.Typer(
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
@@ -57,7 +57,8 @@ def demo() -> None:
 
 @cli.command()
 def relay() -> None:
-    """Publish the event log to Kafka, in order, from the relay's stored position (runs until stopped)."""
+    """Publish the event log to Kafka, in order, from the relay's stored position (runs until stopped;
+    keeps the data folder's embedded broker up unless PALIMPSEST_KAFKA_BOOTSTRAP is set)."""
     from infra.relay import run_relay
 
     run_relay(Settings())
@@ -67,7 +68,8 @@ def relay() -> None:
 def project() -> None:
     """Run the projector: catch up from the log, then apply Kafka deliveries (runs until stopped).
 
-    Exits with code 3 if an event cannot be applied; ``palimpsest status`` shows which."""
+    A poison event parks its aggregate (``palimpsest failures``); exits with code 3 only when the
+    projector itself cannot go on (its bookkeeping refused, the database gone at the start)."""
     from projections.worker import run_projector
 
     raise SystemExit(run_projector(Settings()))
@@ -75,8 +77,9 @@ def project() -> None:
 
 @cli.command()
 def pipeline() -> None:
-    """Broker (embedded unless PALIMPSEST_KAFKA_BOOTSTRAP is set), relay and projector in one
-    process: every write reaches the read models (runs until stopped)."""
+    """Broker (embedded unless PALIMPSEST_KAFKA_BOOTSTRAP is set), relay and projector, supervised by
+    one process: every write reaches the read models (runs until stopped; a broker or projector that
+    dies is started again; Ctrl-C stops it all within 5 s)."""
     from projections.worker import run_pipeline
 
     raise SystemExit(run_pipeline(Settings()))
@@ -125,6 +128,8 @@ def rebuild(
                + (f", then {report.caught_up} newer event(s) caught up" if report.caught_up else ""))
     for table, count in report.rows.items():
         typer.echo(f"  {table:<22} {count:>9} rows")
+    for line in report.parked_lines():
+        typer.echo(line)
 
 
 @cli.command()
@@ -132,14 +137,25 @@ def status(
     as_json: bool = typer.Option(False, "--json", help="One JSON object."),
     prometheus: bool = typer.Option(False, help="Prometheus text exposition format."),
 ) -> None:
-    """The log head, the relay's and each projection's position and lag, and failures."""
+    """The log head, the relay's and each projection's position and lag, failures, and whether the
+    broker, the relay and the projector are alive (their heartbeats)."""
     import json
 
+    import psycopg
+
     from infra.postgres import admin_database, projector_database
-    from projections.status import read_status
+    from projections.status import NotInitialisedError, check_initialised, not_initialised, read_status
 
     settings = Settings()
-    report = read_status(projector_database(admin_database(settings), settings), settings)
+    try:
+        check_initialised(settings)
+        report = read_status(projector_database(admin_database(settings), settings), settings)
+    except (NotInitialisedError, psycopg.Error) as error:
+        problem = error if isinstance(error, NotInitialisedError) else not_initialised(error, settings)
+        if problem is None:
+            raise
+        typer.echo(json.dumps({"error": str(problem)}) if as_json else f"error: {problem}", err=not as_json)
+        raise SystemExit(2) from None
     if as_json:
         typer.echo(json.dumps(report.to_dict(), default=str))
         return
@@ -156,9 +172,12 @@ def status(
             typer.echo(f"  failed at notification {failure['notification_id']} "
                        f"({failure['topic']}): {failure['error']}")
     typer.echo(f"cards: {report.cards}, embeddings pending: {report.embeddings_pending}")
+    for line in report.liveness_lines():
+        typer.echo(line)
 
 
 cli_queries.register(cli)
+cli_failures.register(cli)
 
 bench = typer.Typer(no_args_is_help=True, help="Benchmarks (from a Palimpsest checkout with the dev extra).")
 cli.add_typer(bench, name="bench")

@@ -123,10 +123,16 @@ class Link(Command):
 
 
 class Arbitrate(Command):
+    """Decide a slot's pending case: ``keep_old`` (reject every proposal), ``accept_new`` (the
+    latest proposal, or the one ``card_id`` names), ``both_valid`` (each proposal on its own
+    stretch of world time; a separate item of a multi-value slot)."""
+
     case_id: UUID
     decision: str
     decided_by: str = Field(min_length=1, max_length=200)
     note: str = ""
+    #: The proposal ``accept_new`` takes, when not the latest (the queued write's ``card_id``).
+    card_id: UUID | None = None
 
 
 class Move(Command):

@@ -1,6 +1,7 @@
 """Palimpsest's commands: remember, revise, verify, correct, link, merge, arbitrate, move.
 
-Each is: load, one domain call, save (through :meth:`BaseApplication._execute`).
+Each is: load, one domain call, save (through :meth:`BaseApplication._execute`, which checks the
+command's text and tenant first: so everything a command parses happens inside its decision).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from domain.rules.cardinality import decide_cardinality, normalise_label
 from domain.rules.tags import normalise_tags
 from domain.rules.validation import check_aware, check_content
 from domain.slot import Outcome, Slot, WriteOutcome
-from domain.values import Cardinality, CardKind, Edge, MemoryType, check_tenant, parse_kind
+from domain.values import Cardinality, CardKind, Edge, MemoryType, parse_kind
 from services.application import BaseApplication
 from services.commands import (
     Arbitrate,
@@ -60,7 +61,9 @@ class Palimpsest(BaseApplication):
     # ---- remember: one entry point for every kind ---------------------------------------
 
     def remember(self, tenant_id: str, command: Remember) -> WriteResult:
-        check_tenant(tenant_id)
+        return self._execute(tenant_id, command, lambda now: self._decide_remember(tenant_id, command, now))
+
+    def _decide_remember(self, tenant_id: str, command: Remember, now: datetime):  # type: ignore[no-untyped-def]
         kind, memory_type = parse_kind(command.kind, command.memory_type)
         command.parsed_perspective()
         decide = self._decide_state
@@ -72,7 +75,7 @@ class Palimpsest(BaseApplication):
             decide = self._decide_commitment
         elif memory_type is MemoryType.BLOCKER:
             decide = self._decide_blocker
-        return self._execute(tenant_id, command, lambda now: decide(tenant_id, command, now))
+        return decide(tenant_id, command, now)
 
     def _decide_state(self, tenant_id: str, command: Remember, now: datetime):  # type: ignore[no-untyped-def]
         if not command.subject or not command.label:
@@ -92,9 +95,9 @@ class Palimpsest(BaseApplication):
             declared_cardinality=declared.value
             if declared is not None and declared is not slot.cardinality else None,
         )
-        outcome = slot.write(card, now=now, policy=self.policy,
-                             case_id=self.new_id(tenant_id, command, "case"))
-        return [slot, *self._cases(slot, outcome, now)], _result(outcome, slot)
+        new_case = self.new_id(tenant_id, command, "case")
+        outcome = slot.write(card, now=now, policy=self.policy, case_id=new_case)
+        return [slot, *self._cases(slot, outcome, new_case, now)], _result(outcome, slot)
 
     def _slot(self, tenant_id: str, command: Remember, declared: Cardinality | None,
               now: datetime) -> Slot:
@@ -111,10 +114,17 @@ class Palimpsest(BaseApplication):
             timestamp=now,
         )
 
-    def _cases(self, slot: Slot, outcome: WriteOutcome, now: datetime) -> list[ArbitrationCase]:
+    def _cases(
+        self, slot: Slot, outcome: WriteOutcome, new_case: UUID, now: datetime
+    ) -> list[ArbitrationCase]:
+        """The arbitration case a queued write opened (``new_case``) or joined."""
         if outcome.outcome is not Outcome.QUEUED or outcome.case_id is None:
             return []
-        proposal = slot.pending[outcome.case_id]
+        proposal = slot.pending[outcome.case_id][-1]
+        if outcome.case_id != new_case:
+            pending = self.load(slot.tenant_id, outcome.case_id, ArbitrationCase, "arbitration")
+            pending.add_proposal(proposal.card, proposal.reason, now)
+            return [pending]
         case = ArbitrationCase(
             case_id=outcome.case_id, tenant_id=slot.tenant_id, slot_id=slot.id, label=slot.label,
             subject=slot.subject,
@@ -173,9 +183,8 @@ class Palimpsest(BaseApplication):
     # ---- state cards --------------------------------------------------------------------
 
     def revise(self, tenant_id: str, slot_id: UUID, command: Revise) -> WriteResult:
-        edge = _parse(Edge, command.edge, "edge")
-
         def decide(now: datetime):  # type: ignore[no-untyped-def]
+            edge = _parse(Edge, command.edge, "edge")
             slot = self.load(tenant_id, slot_id, Slot, "slot")
             target = slot.card(command.card_id)
             content = check_content(command.content, self.policy)
@@ -186,9 +195,10 @@ class Palimpsest(BaseApplication):
                 valid_to=command.valid_to, recorded_at=now, provenance=command.provenance(),
                 item_key=" ".join(content.split()).casefold(), perspective=target.perspective,
             )
+            new_case = self.new_id(tenant_id, command, "case")
             outcome = slot.write(card, now=now, policy=self.policy, target_id=target.card_id,
-                                 edge=edge, case_id=self.new_id(tenant_id, command, "case"))
-            return [slot, *self._cases(slot, outcome, now)], _result(outcome, slot)
+                                 edge=edge, case_id=new_case)
+            return [slot, *self._cases(slot, outcome, new_case, now)], _result(outcome, slot)
 
         return self._execute(tenant_id, command, decide)
 
@@ -205,16 +215,15 @@ class Palimpsest(BaseApplication):
         return self._execute(tenant_id, command, decide)
 
     def arbitrate(self, tenant_id: str, command: Arbitrate) -> WriteResult:
-        decision = _parse(Decision, command.decision, "decision")
-
         def decide(now: datetime):  # type: ignore[no-untyped-def]
+            decision = _parse(Decision, command.decision, "decision")
             try:
                 case = self.load(tenant_id, command.case_id, ArbitrationCase, "arbitration")
             except CardNotFoundError:
                 raise ArbitrationCaseNotFoundError(f"no arbitration {command.case_id}") from None
             slot = self.load(tenant_id, case.slot_id, Slot, "slot")
-            case.decide(decision, command.decided_by, command.note, now)
-            outcome = slot.settle(case.id, decision, now)
+            case.decide(decision, command.decided_by, command.note, now, command.card_id)
+            outcome = slot.settle(case.id, decision, now, command.card_id)
             return [case, slot], _result(outcome, slot)
 
         return self._execute(tenant_id, command, decide)
@@ -249,9 +258,8 @@ class Palimpsest(BaseApplication):
         return self._execute(tenant_id, command, decide)
 
     def link(self, tenant_id: str, command: Link) -> WriteResult:
-        edge = _parse(Edge, command.edge, "edge")
-
         def decide(now: datetime):  # type: ignore[no-untyped-def]
+            edge = _parse(Edge, command.edge, "edge")
             card = self.find(tenant_id, command.card_id, KnowledgeCard) or self.load(
                 tenant_id, command.card_id, EventCard)
             self._check_target(tenant_id, command.target_id)

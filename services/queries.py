@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from domain.errors import CardNotFoundError, InvalidCommandError
 from domain.rules.commitments import UNRESOLVED, reads_as
+from domain.rules.validation import check_text
 from infra.settings import Settings
 from projections import predicates
 from services.application import Clock
@@ -127,6 +128,7 @@ class Queries:
               known_at: datetime | None = None) -> list[Fact]:
         """The facts (state cards) of a subject valid now, or valid at ``valid_at`` as known at
         ``known_at`` (either alone: the other is now / the same moment)."""
+        check_text(subject, "subject")
         now = self.now()
         if valid_at is None and known_at is None:
             records, moment = self.read.current(tenant_id, subject=subject), now
@@ -144,6 +146,7 @@ class Queries:
         """Every version of a card — or of every card of a slot — with both timelines, what
         changed at each version, and the card's edges. ``ref``: a card id, a slot id, or
         ``subject/label`` (all scopes)."""
+        check_text(ref, "ref")
         with self.read.tenant(tenant_id) as conn:
             cards = conn.execute(sql.SQL(
                 "SELECT c.card_id, c.kind, c.memory_type, c.subject, c.label FROM {s}.cards c "

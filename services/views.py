@@ -49,7 +49,10 @@ class AuditEntry(BaseModel):
 
 
 class PendingView(BaseModel):
+    """One proposal of a pending arbitration case (a case may hold several)."""
+
     case_id: UUID
+    card_id: UUID
     value: str
     valid_from: datetime
     reason: str
@@ -76,9 +79,9 @@ def slot_view(app: BaseApplication, tenant_id: str, slot_id: UUID) -> SlotView:
         current=[CardView.of(c) for c in history if c.current],
         history=[CardView.of(c) for c in history],
         pending=[
-            PendingView(case_id=case_id, value=p.card.value, valid_from=p.card.valid_from,
-                        reason=p.reason)
-            for case_id, p in slot.pending.items()
+            PendingView(case_id=case_id, card_id=p.card.card_id, value=p.card.value,
+                        valid_from=p.card.valid_from, reason=p.reason)
+            for case_id, proposals in slot.pending.items() for p in proposals
         ],
         audit=[_audit(event) for event in app.events.get(slot_id)],
     )
@@ -96,6 +99,7 @@ def _audit(event: object) -> AuditEntry:
         "Settled": lambda: f"decision {getattr(event, 'decision', '')}",
         "Verified": lambda: f"card {getattr(event, 'card_id', '')}",
         "Contested": lambda: f"{card.value!r} queued: {getattr(event, 'reason', '')}",
+        "ProposalAdded": lambda: f"{card.value!r} joins the pending case: {getattr(event, 'reason', '')}",
     }
     layer = getattr(event, "layer", "")
     detail = details.get(
@@ -109,12 +113,10 @@ def _audit(event: object) -> AuditEntry:
 
 def pending_cases(app: BaseApplication, tenant_id: str, case_ids: list[UUID]) -> list[str]:
     lines = []
-    for case_id in case_ids:
+    for case_id in dict.fromkeys(case_ids):  # writes that joined one case name it again
         case = app.load(tenant_id, case_id, ArbitrationCase, "arbitration")
         current = ", ".join(c.value for c in case.current)
         status = case.decision.value if case.decision else "pending"
-        lines.append(
-            f"{case.label}: current {current!r} vs proposed {case.proposal.value!r} "
-            f"— {case.reason} [{status}]"
-        )
+        proposed = ", ".join(repr(c.value) for c in case.proposals)
+        lines.append(f"{case.label}: current {current!r} vs proposed {proposed} — {case.reason} [{status}]")
     return lines

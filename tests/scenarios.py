@@ -1,5 +1,6 @@
 """Write-side scenarios, run on every backend: each tier subclasses ``WriteSideScenarios`` and
-provides a ``make_app(clock)`` fixture."""
+provides a ``make_app(clock)`` fixture. Input hygiene (``tests.scenarios_input``) and one pending
+arbitration case per slot (``tests.scenarios_arbitration``) are mixed in."""
 
 from __future__ import annotations
 
@@ -38,12 +39,14 @@ from services.commands import (
 )
 from services.memory import Palimpsest
 from services.views import slot_view
+from tests.scenarios_arbitration import ArbitrationCaseScenarios
+from tests.scenarios_input import InputScenarios
 from tests.support import Clock, all_events, new_tenant, state, stored_count
 
 MakeApp = Callable[[Clock], Palimpsest]
 
 
-class WriteSideScenarios:
+class WriteSideScenarios(InputScenarios, ArbitrationCaseScenarios):
     @pytest.fixture
     def clock(self) -> Clock:
         return Clock()

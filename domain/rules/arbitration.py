@@ -5,6 +5,9 @@
 3. high-frequency (≥ 3 changes in 30 days, the incoming change included: the third change in 30
    days is the one that is queued) or large-span (valid_from ≥ 30 days back) → queued for a
    person, who decides keep_old, accept_new or both_valid.
+
+A slot has one pending case at a time; every write queued while it is pending joins it, and one
+decision settles every proposal (:func:`accepted`; decision 0006).
 """
 
 from __future__ import annotations
@@ -13,7 +16,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
+from uuid import UUID
 
+from domain.cards import StateCard, same_value
+from domain.errors import CardNotFoundError, InvalidCommandError
 from domain.policy import Policy
 from domain.values import Provenance
 
@@ -76,3 +82,33 @@ def judge(
         f"low frequency: {changes + 1} changes in the trailing {policy.frequency_window.days} days, "
         "this one included",
     )
+
+
+def accepted(
+    proposals: tuple[StateCard, ...], decision: Decision, card_id: UUID | None, by_item: bool
+) -> tuple[StateCard, ...]:
+    """The proposals (in the order they came) a decision on a case applies, in that order:
+
+    - ``keep_old``: none;
+    - ``accept_new``: the one named by ``card_id``, else the latest — of each item when
+      ``by_item`` (a multi-value slot's proposals about different items do not compete);
+    - ``both_valid``: each distinct value once, the proposal that claims it earliest in world
+      time: each then holds from its ``valid_from`` to the next value that starts after it.
+    """
+    if card_id is not None:
+        if decision is not Decision.ACCEPT_NEW:
+            raise InvalidCommandError(f"{decision.value} names no proposal: only accept_new takes a card id")
+        named = tuple(card for card in proposals if card.card_id == card_id)
+        if not named:
+            raise CardNotFoundError(f"card {card_id} is no proposal of this arbitration")
+        return named
+    if decision is Decision.KEEP_OLD:
+        return ()
+    if decision is Decision.ACCEPT_NEW:
+        latest = {(card.item_key if by_item else None): card for card in proposals}.values()
+        return tuple(card for card in proposals if card in latest)
+    earliest: list[StateCard] = []
+    for card in sorted(proposals, key=lambda c: c.valid_from):
+        if not any(same_value(card.value, kept.value) for kept in earliest):
+            earliest.append(card)
+    return tuple(card for card in proposals if card in earliest)

@@ -1,10 +1,25 @@
-"""A latency breaker per retrieval route (DESIGN §3). Pure: the caller passes monotonic seconds as ``now``."""
+"""Latency breakers for the retrieval routes (DESIGN §3). Pure: the caller passes monotonic
+seconds as ``now``.
+
+A breaker protects answers from a *sick* route; it must not turn load into wrong answers. So:
+
+- a route is sick when at least ``slow_samples`` (3) of its last ``window`` (10) latencies are over
+  ``limit_ms`` (150 ms) — one slow sample (a cold start, a pause, a garbage collection) is not;
+- a call that warmed the route up (its first, or one that loaded a model or a dictionary) is no
+  sample;
+- a sick route is not quarantined while the other routes are slowed alike (:class:`Breakers`):
+  when the machine is busy every route is slower, and taking one out would only make the answer
+  poorer;
+- quarantine lasts ``quarantine_s`` (10 minutes); one probe call every ``probe_every_s`` (30 s)
+  is let through, and a probe under the limit lets the route back in at once, with a fresh window.
+"""
 
 from __future__ import annotations
 
 import math
+import statistics
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 
 def nearest_rank(samples: Iterable[float], quantile: float = 0.95) -> float:
@@ -21,37 +36,27 @@ def nearest_rank(samples: Iterable[float], quantile: float = 0.95) -> float:
     return ordered[rank - 1]
 
 
+#: Samples a route's usual latency is judged on: its slowdown is its recent median over this.
+HISTORY = 100
+#: Routes this much slower than usual are slowed: a busy machine, when most of them are.
+SLOWED = 1.5
+
+
 class RouteBreaker:
-    """Quarantines one route whose recent latencies are too high.
+    """One route's window of latencies, and its quarantine."""
 
-    - ``record(latency_ms, now)`` keeps the last ``window`` latencies. When the window is full and its
-      P95 (``nearest_rank``) exceeds ``limit_ms``, the route is quarantined for ``quarantine_s`` seconds.
-      A call that fails or times out should be recorded with the time it took (at least its budget).
-    - While quarantined, ``allow(now)`` says no, except for one probe call every ``probe_every_s`` seconds
-      (the first one ``probe_every_s`` after the trip): real traffic is what measures recovery, and one call
-      in 30 s costs the read path little. Probe latencies enter the window like any other sample.
-    - The route rejoins as soon as the window's P95 (probes included) is ≤ ``limit_ms``; with a window of 10
-      that means its 10 latest samples are all within the limit. If the quarantine runs out first, the route
-      rejoins with an empty window: it is judged again on 10 fresh samples, not on the ones that tripped it.
-
-    Defaults: window 10, limit 150 ms, quarantine 10 minutes, a probe every 30 s, quantile 0.95.
-    """
-
-    def __init__(
-        self,
-        window: int = 10,
-        limit_ms: float = 150.0,
-        quarantine_s: float = 600.0,
-        probe_every_s: float = 30.0,
-        quantile: float = 0.95,
-    ) -> None:
+    def __init__(self, window: int = 10, limit_ms: float = 150.0, quarantine_s: float = 600.0,
+                 probe_every_s: float = 30.0, slow_samples: int = 3) -> None:
         if window < 1:
             raise ValueError("the window holds at least one sample")
+        if not 1 <= slow_samples <= window:
+            raise ValueError("slow_samples lies between 1 and the window")
         self.limit_ms = limit_ms
         self.quarantine_s = quarantine_s
         self.probe_every_s = probe_every_s
-        self.quantile = quantile
+        self.slow_samples = slow_samples
         self._samples: deque[float] = deque(maxlen=window)
+        self._history: deque[float] = deque(maxlen=HISTORY)
         self._until: float | None = None  # end of the quarantine, None when the route is in
         self._last_probe = 0.0
 
@@ -61,12 +66,27 @@ class RouteBreaker:
 
     def p95(self) -> float | None:
         """The window's percentile, or None while it is empty."""
-        return nearest_rank(self._samples, self.quantile) if self._samples else None
+        return nearest_rank(self._samples) if self._samples else None
+
+    def slow(self) -> int:
+        """How many samples of the window are over the limit."""
+        return sum(1 for sample in self._samples if sample > self.limit_ms)
+
+    def sick(self) -> bool:
+        return self.slow() >= self.slow_samples
+
+    def slowdown(self) -> float:
+        """The median of the latest ``slow_samples`` calls over the route's usual (longer-run
+        median) latency: 1 as usual, 3 three times slower; 1 with no samples."""
+        if not self._samples:
+            return 1.0
+        latest = list(self._samples)[-self.slow_samples:]
+        usual = statistics.median(self._history)
+        return statistics.median(latest) / usual if usual > 0 else 1.0
 
     def quarantined(self, now: float) -> bool:
         if self._until is not None and now >= self._until:
-            self._until = None
-            self._samples.clear()
+            self._rejoin()
         return self._until is not None
 
     def allow(self, now: float) -> bool:
@@ -79,12 +99,61 @@ class RouteBreaker:
         return False
 
     def record(self, latency_ms: float, now: float) -> None:
-        in_quarantine = self.quarantined(now)
+        """One call's latency; a call that failed or timed out counts as its whole budget. A
+        quarantined route's call is a probe: under the limit, the route rejoins."""
+        if self.quarantined(now):
+            if latency_ms <= self.limit_ms:
+                self._rejoin()
+            return
         self._samples.append(latency_ms)
-        p95 = nearest_rank(self._samples, self.quantile)
-        if in_quarantine:
-            if p95 <= self.limit_ms:
-                self._until = None
-        elif len(self._samples) == self._samples.maxlen and p95 > self.limit_ms:
-            self._until = now + self.quarantine_s
-            self._last_probe = now
+        self._history.append(latency_ms)
+
+    def trip(self, now: float) -> None:
+        self._until = now + self.quarantine_s
+        self._last_probe = now
+
+    def _rejoin(self) -> None:
+        self._until = None
+        self._samples.clear()
+
+
+class Breakers:
+    """The breakers of every route of one retriever, which judge together: a sick route is taken
+    out only when the others are not slowed alike (their median slowdown is under
+    ``alike`` times its own)."""
+
+    def __init__(self, names: Iterable[str], alike: float = 0.5, **options: float) -> None:
+        self.alike = alike
+        self.routes: dict[str, RouteBreaker] = {name: RouteBreaker(**options) for name in names}  # type: ignore[arg-type]
+
+    def __getitem__(self, name: str) -> RouteBreaker:
+        return self.routes[name]
+
+    def allow(self, name: str, now: float) -> bool:
+        return self.routes[name].allow(now)
+
+    def record(self, name: str, latency_ms: float, now: float, warm_up: bool = False) -> bool:
+        """Record a call's latency (a warm-up call is none); True when the route was taken out."""
+        breaker = self.routes[name]
+        if warm_up:
+            return False
+        breaker.record(latency_ms, now)
+        if breaker.quarantined(now) or not breaker.sick() or self.busy(name):
+            return False
+        breaker.trip(now)
+        return True
+
+    def busy(self, name: str) -> bool:
+        """Whether the other routes are slowed like ``name`` — the machine, not the route: half of
+        them sick too, or their median slowdown at least ``SLOWED`` and ``alike`` times its own."""
+        others = [b for other, b in self.routes.items() if other != name and b.samples]
+        if not others:
+            return False
+        if 2 * sum(b.sick() for b in others) >= len(others):
+            return True
+        slowed = statistics.median(b.slowdown() for b in others)
+        return slowed >= max(SLOWED, self.alike * self.routes[name].slowdown())
+
+    def states(self, now: float) -> Mapping[str, str]:
+        """Each route: ``in`` or ``quarantined`` (for diagnostics and metrics)."""
+        return {name: "quarantined" if b.quarantined(now) else "in" for name, b in self.routes.items()}

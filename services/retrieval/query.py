@@ -16,6 +16,7 @@ import psycopg
 from psycopg import sql
 
 from domain.errors import InvalidCommandError
+from domain.rules.validation import check_fields
 from infra.settings import RetrievalSettings
 from projections import predicates
 from services.retrieval.scoring import Ranking
@@ -40,6 +41,9 @@ class RetrievalQuery:
     top_n: int | None = None
 
     def __post_init__(self) -> None:
+        # the command boundary's text hygiene (InvalidTextError naming the field): a NUL byte or a
+        # lone surrogate would otherwise fail inside a route's SQL, as a database error
+        check_fields({"text": self.text, "project_id": self.project_id, "group_ids": self.group_ids})
         if not self.text.strip():
             raise InvalidCommandError("the query is empty")
         if len(self.text) > MAX_QUERY_CHARS:

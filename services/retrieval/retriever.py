@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -19,11 +20,12 @@ import psycopg
 
 from domain.errors import InvalidCommandError
 from domain.rules.commitments import reads_as
-from infra.embedders import Embedder
+from infra.embedders import Embedder, model_loaded
 from infra.settings import RetrievalSettings
+from projections.text import loaded as text_loaded
 from projections.text import warm_up
 from services.readmodels import ReadModels
-from services.retrieval.breaker import RouteBreaker
+from services.retrieval.breaker import Breakers
 from services.retrieval.candidates import alert_partners, load_arbitrations, load_candidates
 from services.retrieval.fuzzy import FuzzyRoute
 from services.retrieval.graph import GraphRoute
@@ -90,9 +92,13 @@ class Retriever:
         first: list[Route] = [TagsRoute(self.slots.subjects), FuzzyRoute(), TemporalRoute()]
         self.routes = [semantic, *first] if semantic is not None else first
         self.graph = GraphRoute()
-        self.breakers = {name: RouteBreaker(settings.breaker_window, settings.breaker_p95_ms,
-                                            settings.breaker_quarantine_s, settings.breaker_probe_s)
-                         for name in (*ROUTES, "slots")}
+        self.breakers = Breakers((*ROUTES, "slots"), window=settings.breaker_window,
+                                 limit_ms=settings.breaker_p95_ms,
+                                 quarantine_s=settings.breaker_quarantine_s,
+                                 probe_every_s=settings.breaker_probe_s,
+                                 slow_samples=settings.breaker_slow_samples)
+        #: Routes that have run once: a route's first call (connections, plans) warms it up.
+        self._warm: set[str] = set()
         self.pool = ThreadPoolExecutor(max_workers=settings.route_threads, thread_name_prefix="route")
 
     def close(self) -> None:
@@ -112,6 +118,7 @@ class Retriever:
                    for name, why in self.unavailable.items()}
         found = self._run(tenant_id, query, [*self.routes, self.slots], reports,
                           self.settings.route_timeout_ms)
+        found |= self._probe(tenant_id, query, found, reports)
         rankings = {name: hits.ranking() for name, hits in found.items()}
         fused = rrf(rankings, self.settings.rrf_k, self.tuning.weights)
         walked = {name: hits.ranking() for name, hits in self._run(
@@ -152,6 +159,18 @@ class Retriever:
                                     overlaid_writes=len(unprojected),
                                     candidates_found=len(fused), candidates_loaded=len(records),
                                     total_ms=round((time.perf_counter() - started) * 1000, 2)))
+
+    def _probe(self, tenant_id: str, query: RetrievalQuery, found: dict[str, Hits],
+               reports: dict[str, RouteReport]) -> dict[str, Hits]:
+        """A question whose routes found too little (fewer cards than it asks for) runs the
+        quarantined routes as its probes: a quarantine must not leave an answer empty."""
+        quarantined = [r for r in [*self.routes, self.slots] if reports.get(r.name) is not None
+                       and reports[r.name].status == "quarantined"]
+        found_cards = {card_id for hits in found.values() for card_id in hits.ids}
+        if not quarantined or len(found_cards) >= (query.top_n or self.tuning.top_n):
+            return {}
+        return self._run(tenant_id, query, quarantined, reports, self.settings.route_timeout_ms,
+                         probe=True)
 
     def _load_and_rank(self, conn: psycopg.Connection[Any], query: RetrievalQuery,
                        fused: dict[UUID, float], rank: Callable[[dict[UUID, Candidate]], Outcome],
@@ -203,49 +222,59 @@ class Retriever:
         return cards
 
     def _run(self, tenant_id: str, query: RetrievalQuery, routes: Sequence[Route],
-             reports: dict[str, RouteReport], budget_ms: float, **extra: Any) -> dict[str, Hits]:
-        futures: dict[str, Future[tuple[Hits, float]]] = {}
+             reports: dict[str, RouteReport], budget_ms: float, probe: bool = False,
+             **extra: Any) -> dict[str, Hits]:
+        """Run ``routes`` side by side, each within ``budget_ms``; a quarantined one is skipped
+        unless it is its turn to probe (or ``probe``: the others found too little)."""
+        futures: dict[str, Future[Called]] = {}
         for route in routes:
-            if self.breakers[route.name].allow(self.monotonic()):
+            if probe or self.breakers.allow(route.name, self.monotonic()):
                 futures[route.name] = self.pool.submit(self._call, route, tenant_id, query, budget_ms,
                                                        extra)
             else:
                 reports[route.name] = RouteReport(status="quarantined",
-                                                  detail="P95 latency over the limit; probing")
+                                                  detail="slow in 3 of its last 10 calls; probing")
         wait(futures.values(), timeout=budget_ms / 1000 + 0.05)
         rankings = {}
         for name, future in futures.items():
-            breaker = self.breakers[name]
             if not future.done():
                 future.cancel()
-                breaker.record(budget_ms, self.monotonic())
+                self._record(name, budget_ms)
                 reports[name] = RouteReport(status="timeout", ms=budget_ms,
                                             detail=f"no answer within {budget_ms:.0f} ms")
                 continue
             try:
-                hits, ms = future.result()
+                called = future.result()
             except InvalidCommandError as exc:  # the question, not the route: no strike against it
                 reports[name] = RouteReport(status="skipped", detail=str(exc))
                 continue
             except Exception as exc:  # a failing route is reported, never fatal
-                breaker.record(budget_ms, self.monotonic())
+                self._record(name, budget_ms)
                 reports[name] = RouteReport(status="error", detail=f"{type(exc).__name__}: {exc}")
                 log.warning("route %s failed: %s", name, exc)
                 continue
-            breaker.record(ms, self.monotonic())
-            reports[name] = RouteReport(status="ok", hits=len(hits.ids), ms=round(ms, 2),
-                                        detail=hits.note)
-            rankings[name] = hits
+            if called.sample:
+                self._record(name, called.ms)
+            reports[name] = RouteReport(status="ok", hits=len(called.hits.ids), ms=round(called.ms, 2),
+                                        detail=called.hits.note)
+            rankings[name] = called.hits
         return rankings
 
+    def _record(self, name: str, ms: float) -> None:
+        if self.breakers.record(name, ms, self.monotonic()):
+            log.warning("route %s quarantined: slow in %d of its last %d calls while the others "
+                        "were not", name, self.breakers[name].slow(), len(self.breakers[name].samples))
+
     def _call(self, route: Route, tenant_id: str, query: RetrievalQuery, budget_ms: float,
-              extra: dict[str, Any]) -> tuple[Hits, float]:
+              extra: dict[str, Any]) -> Called:
         started = time.perf_counter()
         if (reason := route.idle(query, **extra)) is not None:
-            return Hits([], reason), (time.perf_counter() - started) * 1000
+            return Called(Hits([], reason), (time.perf_counter() - started) * 1000, sample=False)
+        warm = route.name in self._warm and resources_loaded()
         with self.route_transaction(route, tenant_id, budget_ms) as conn:
             hits = route(conn, query, self.ctx, tenant_id=tenant_id, **extra)
-        return hits, (time.perf_counter() - started) * 1000
+        self._warm.add(route.name)
+        return Called(hits, (time.perf_counter() - started) * 1000, sample=warm)
 
     @contextmanager
     def route_transaction(self, route: Route, tenant_id: str, budget_ms: float | None = None,
@@ -259,6 +288,22 @@ class Retriever:
             settings["statement_timeout"] = str(int(budget_ms) + 250)
         with self.read.tenant(tenant_id, settings) as conn:
             yield conn
+
+
+@dataclass(frozen=True)
+class Called:
+    """A route's answer and how long it took; ``sample``: whether the breaker counts it (not
+    when the route had nothing to look up, nor when the call warmed it up)."""
+
+    hits: Hits
+    ms: float
+    sample: bool
+
+
+def resources_loaded() -> bool:
+    """The tokenizer and the offline embedding model are loaded: a call that loads them is a
+    warm-up, not a sample of the route's health."""
+    return text_loaded() and model_loaded()
 
 
 def decay_at(query: RetrievalQuery) -> datetime:

@@ -73,6 +73,7 @@ from services.factory import create_queries
 from services.queries import Queries
 from services.retrieval.breaker import nearest_rank
 from services.retrieval.semantic import SemanticRoute
+from tests.benchmarks import cpu_hog
 
 MAIN, NOISE = "bench-main", "bench-noise"
 NOISE_DIVISOR = 4  # the noise tenant holds a quarter as many cards as the main one
@@ -618,6 +619,8 @@ class Figures:
     hits: dict[str, list[int]] = field(default_factory=dict)
     statuses: dict[str, Counter[str]] = field(default_factory=dict)
     rest: list[float] = field(default_factory=list)
+    #: Searches that ran with at least one route (or the slot stage) quarantined.
+    degraded: int = 0
     overlap: dict[str, list[float]] = field(default_factory=dict)
     returned: dict[str, list[int]] = field(default_factory=dict)
     plan: str = ""
@@ -639,6 +642,9 @@ def fused(queries: Queries, query: BenchQuery, figures: Figures | None, *, embed
         return
     figures.fused.append(wall)
     reports = result.diagnostics.routes
+    quarantined = [r for r in (*reports.values(), result.diagnostics.slots)
+                   if r is not None and r.status == "quarantined"]
+    figures.degraded += bool(quarantined)
     for name, report in reports.items():
         figures.statuses.setdefault(name, Counter())[report.status] += 1
         if report.status == "ok":
@@ -717,6 +723,8 @@ def report(figures: Figures) -> None:
         hits = statistics.mean(figures.hits[name]) if figures.hits.get(name) else 0.0
         p50, p95 = _p(samples)
         print(f"  {name:<24} {statuses['ok']:>4} {p50:8.1f} {p95:8.1f} {hits:11.1f}   {other}")
+    searches = len(figures.paid) + len(figures.fused)
+    print(f"searches with a route quarantined: {figures.degraded} of {searches}")
     p50, p95 = _p(figures.rest)
     print(f"  {'rest':<24} {len(figures.rest):>4} {p50:8.1f} {p95:8.1f}   (wall - slowest first-stage "
           "route - graph: fusion, candidate load, post-processing, waits)")
@@ -777,7 +785,7 @@ def stop_server(settings: Settings) -> None:
     pgserver.get_server(Path(settings.data_dir).resolve() / "pg").cleanup()
 
 
-def run(settings: Settings, sizes: list[int], count: int) -> None:
+def run(settings: Settings, sizes: list[int], count: int, hog: bool = False) -> None:
     prepare(settings)
     bases = embed_bases(create_embedder(settings))
     now = datetime.now(UTC)
@@ -799,9 +807,14 @@ def run(settings: Settings, sizes: list[int], count: int) -> None:
                 if queries is None:
                     queries = create_queries(settings.model_copy(update={"auto_bootstrap": False}))
                     wanted = embed_queries(queries, wanted)
-                print(f"measuring {len(wanted)} queries at {size:,} cards …", flush=True)
-                results.append(measure(queries, Bare(runtime, settings.read_schema, MAIN), wanted, size,
-                                       route_ef))
+                print(f"measuring {len(wanted)} queries at {size:,} cards"
+                      f"{' beside a busy loop on every core' if hog else ''} …", flush=True)
+                hogs = cpu_hog.start(3_600) if hog else []
+                try:
+                    results.append(measure(queries, Bare(runtime, settings.read_schema, MAIN), wanted,
+                                           size, route_ef))
+                finally:
+                    cpu_hog.stop(hogs)
                 report(results[-1])
         summary(results, route_ef)
     finally:
@@ -817,6 +830,8 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the temporary data folder")
     parser.add_argument("--breakers", action="store_true",
                         help="keep the route breakers (default: lifted, every route always runs)")
+    parser.add_argument("--hog", action="store_true",
+                        help="measure beside a busy loop on every core (tests.benchmarks.cpu_hog)")
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     folder = args.data_dir or Path(tempfile.mkdtemp(prefix="palimpsest-bench-retrieval-"))
@@ -826,7 +841,7 @@ def main() -> None:
         raise SystemExit("this server cannot compute vector distances: run python -m infra.pgvector_build")
     print(f"data folder {folder}; breakers {'on' if args.breakers else 'lifted'}", flush=True)
     try:
-        run(settings, sizes, args.queries)
+        run(settings, sizes, args.queries, hog=args.hog)
     finally:
         stop_server(settings)
         if args.data_dir is None and not args.keep:

@@ -41,3 +41,27 @@ def broker(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped
     embedded.start()
     yield embedded
     embedded.stop()
+
+
+@pytest.fixture
+def app(pg_settings: Settings, admin_db: Database):  # type: ignore[no-untyped-def]
+    """An application on the session's server, its clock the tests' (``app.test_clock``); test
+    modules that need another define their own."""
+    from services.factory import create_app
+    from tests.support import Clock
+
+    clock = Clock()
+    application = create_app(pg_settings, clock=clock)
+    application.test_clock = clock  # type: ignore[attr-defined]
+    yield application
+    application.close()
+
+
+@pytest.fixture
+def projector(pg_settings: Settings, app, admin_db: Database):  # type: ignore[no-untyped-def]
+    """The incremental projector as the projector role, on ``app``'s log."""
+    from projections.replay import make_projector
+
+    made = make_projector(pg_settings, app, admin=admin_db)
+    yield made
+    made.close()

@@ -1,5 +1,5 @@
 """The cards projection on the embedded PostgreSQL, driven straight from the log: exactly once,
-gaps filled, poison stops, crash safety, rebuild equals incremental, as-of, tenancy."""
+gaps filled, poison parked, crash safety, rebuild equals incremental, as-of, tenancy."""
 
 from __future__ import annotations
 
@@ -17,13 +17,16 @@ from typing import Any
 import psycopg
 import pytest
 from psycopg import sql
+from psycopg.rows import dict_row
 from psycopg.types.range import Range
 
-import projections.projector as projector_module
+import projections.cards as cards_module
+import projections.eventlog as eventlog_module
 import projections.replay as replay_module
 from infra.postgres import Database, projector_database
 from infra.settings import Settings
 from projections.ops import PutEdge
+from projections.parking import Undecodable
 from projections.projector import (
     Delivered,
     ProjectionError,
@@ -47,28 +50,12 @@ from services.demo import SimulatedClock, run_demo
 from services.factory import create_app
 from services.memory import Palimpsest
 from services.readmodels import ReadModels
-from tests.support import Clock, new_tenant, state
+from tests.support import new_tenant, state
 
 pytestmark = pytest.mark.integration
 
 COMPARED = ("nodes", "slots", "cards", "card_terms", "card_versions", "card_relations", "arbitration_queue",
             "projection_tracking")
-
-
-@pytest.fixture
-def app(pg_settings: Settings, admin_db: Database):  # type: ignore[no-untyped-def]
-    clock = Clock()
-    application = create_app(pg_settings, clock=clock)
-    application.test_clock = clock  # type: ignore[attr-defined]
-    yield application
-    application.close()
-
-
-@pytest.fixture
-def projector(pg_settings: Settings, app: Palimpsest, admin_db: Database):  # type: ignore[no-untyped-def]
-    made = make_projector(pg_settings, app, admin=admin_db)
-    yield made
-    made.close()
 
 
 @pytest.fixture
@@ -199,35 +186,42 @@ class TestExactlyOnce:
         assert projector.apply_batch(batch) == len(batch)
         assert len(dump(admin_db, pg_settings.read_schema, "cards", tenant)) == 2
 
-    def test_a_poison_event_stops_and_is_recorded(self, app, projector, admin_db, pg_settings,
-                                                  monkeypatch) -> None:
+    def test_a_poison_event_parks_its_aggregate_and_the_batch_commits(
+            self, app, projector, admin_db, pg_settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
         tenant = new_tenant()
         app.remember(tenant, state("address", "Taipei"))
+        app.remember(tenant, state("employer", "Acme"))
         batch = deliveries(app, tenant)
-        original = projector_module.project
+        original = cards_module.project
 
         def broken(event: Any) -> Any:
-            if type(event).__name__ == "Remembered":
+            if type(event).__name__ == "Remembered" and event.card.value == "Taipei":
                 raise KeyError("handler bug")
             return original(event)
 
-        monkeypatch.setattr(projector_module, "project", broken)
-        with pytest.raises(ProjectionError, match="handler bug"):
-            projector.apply_batch(batch)
-        failures = dump(admin_db, pg_settings.read_schema, "projection_failures", tenant)
-        assert len(failures) == 1 and "handler bug" in failures[0][6]
-        assert dump(admin_db, pg_settings.read_schema, "projection_tracking", tenant) == []
+        monkeypatch.setattr(cards_module, "project", broken)
+        assert projector.apply_batch(batch) == len(batch) - 1
+        failures = failure_rows(admin_db, pg_settings, tenant)
+        assert [(f["reason"], f["status"]) for f in failures] == [("projection", "parked")]
+        assert "handler bug" in failures[0]["error"]
+        address = batch[0].event.originator_id
+        tracked = dict((r[2], r[3]) for r in dump(admin_db, pg_settings.read_schema,
+                                                  "projection_tracking", tenant))
+        assert tracked[address] == 1, "opened, not past the parked Remembered"
+        assert [r[13] for r in dump(admin_db, pg_settings.read_schema, "cards", tenant)] == ["Acme"]
+        monkeypatch.setattr(cards_module, "project", original)
+        assert projector.retry(address) == 1, "fixed, it applies"
 
-    def test_a_row_the_database_refuses_is_recorded_against_its_event(
+    def test_a_row_the_database_refuses_parks_only_the_event_that_made_it(
             self, app, projector, admin_db, pg_settings, monkeypatch) -> None:  # type: ignore[no-untyped-def]
         """The pipeline reports the refusal at the end of the batch; the batch is applied again
-        statement by statement, and the failure names the event that made the row."""
+        with a savepoint per event, and only the event that made the row is parked."""
         tenant = new_tenant()
         app.remember(tenant, state("address", "Taipei"))
         app.remember(tenant, state("employer", "Acme"))
         batch = deliveries(app, tenant)
         culprit = batch[1]
-        original = projector_module.project
+        original = cards_module.project
 
         def forged(event: Any) -> Any:
             ops = list(original(event))
@@ -238,16 +232,24 @@ class TestExactlyOnce:
                                    edge="related_to", recorded_at=event.timestamp))
             return ops
 
-        monkeypatch.setattr(projector_module, "project", forged)
-        with pytest.raises(ProjectionError, match=f"notification {culprit.notification_id}"):
-            projector.apply_batch(batch)
-        failures = dump(admin_db, pg_settings.read_schema, "projection_failures", tenant)
-        assert [row[2] for row in failures] == [culprit.notification_id]
-        assert "foreign key" in failures[0][6]
-        assert dump(admin_db, pg_settings.read_schema, "projection_tracking", tenant) == []
-        assert dump(admin_db, pg_settings.read_schema, "cards", tenant) == []
-        monkeypatch.setattr(projector_module, "project", original)
-        assert projector.apply_batch(batch) == len(batch), "fixed, the same batch applies"
+        monkeypatch.setattr(cards_module, "project", forged)
+        assert projector.apply_batch(batch) == len(batch) - 1
+        failures = failure_rows(admin_db, pg_settings, tenant)
+        assert [f["notification_id"] for f in failures] == [culprit.notification_id]
+        assert failures[0]["reason"] == "refused" and "foreign key" in failures[0]["error"]
+        assert [r[13] for r in dump(admin_db, pg_settings.read_schema, "cards", tenant)] == ["Acme"]
+        monkeypatch.setattr(cards_module, "project", original)
+        assert projector.retry(culprit.event.originator_id) == 1, "fixed, it applies once"
+        assert projector.retry(culprit.event.originator_id) == 0
+        assert len(dump(admin_db, pg_settings.read_schema, "cards", tenant)) == 2
+        assert [f["status"] for f in failure_rows(admin_db, pg_settings, tenant)] == ["retried"]
+
+
+def failure_rows(db: Database, settings: Settings, tenant: str) -> list[dict[str, Any]]:
+    with db.connect() as conn, conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(sql.SQL(
+            "SELECT * FROM {}.projection_failures WHERE tenant_id = %s ORDER BY notification_id"
+        ).format(sql.Identifier(settings.read_schema)), (tenant,)).fetchall()
 
 
 class TestTime:
@@ -310,28 +312,23 @@ class TestRebuild:
         assert indexes(admin_db, "palimpsest_read_check") == indexes(
             admin_db, pg_settings.read_schema), "the rebuild builds every index after its copy"
 
-    @pytest.mark.parametrize("failure", ["raises", "dies"])
-    def test_a_failing_rebuild_process_stops_the_rebuild_and_says_why(
-            self, pg_settings, app, monkeypatch, failure) -> None:  # type: ignore[no-untyped-def]
+    def test_a_rebuild_process_that_dies_stops_the_rebuild_and_says_why(
+            self, pg_settings, app, monkeypatch) -> None:  # type: ignore[no-untyped-def]
         tenant = new_tenant()
         for city in ("Taipei", "Kyoto", "Osaka"):
             app.remember(tenant, state("address", city))
         app.remember(tenant, Remember(kind="event", memory_type="event", content="met Hannah"))
         culprit = deliveries(app, tenant)[2]
-        original = replay_module.project
+        original = cards_module.project
 
         def broken(event: Any) -> Any:  # the processes are forked: they run this too
             if (event.originator_id, event.originator_version) == (
                     culprit.event.originator_id, culprit.event.originator_version):
-                if failure == "dies":
-                    os._exit(9)
-                raise KeyError("handler bug")
+                os._exit(9)
             return original(event)
 
-        monkeypatch.setattr(replay_module, "project", broken)
-        why = (f"notification {culprit.notification_id}.*handler bug" if failure == "raises" else
-               r"exited \(9\) without a result")
-        with pytest.raises(ProjectionError, match=why):
+        monkeypatch.setattr(cards_module, "project", broken)
+        with pytest.raises(ProjectionError, match=r"exited \(9\) without a result"):
             rebuild(pg_settings, app, into="palimpsest_read_failed", workers=2)
         assert multiprocessing.active_children() == [], "no rebuild process is left behind"
 
@@ -388,7 +385,7 @@ class TestRebuild:
 
     def test_the_shares_of_the_log_split_it_by_aggregate(  # type: ignore[no-untyped-def]
             self, app, admin_db, monkeypatch) -> None:
-        monkeypatch.setattr(replay_module, "PAGE", 5)  # many pages
+        monkeypatch.setattr(eventlog_module, "PAGE", 5)  # many pages
         tenant = new_tenant()
         for n in range(12):
             app.remember(tenant, state("skills", f"skill {n}"))
@@ -529,7 +526,7 @@ def test_the_log_is_read_one_batch_ahead_in_order_and_an_error_comes_in_its_plac
     assert [i for batch in batches for i in batch] == expected
     assert [len(batch) for batch in batches[:-1]] == [3] * (len(batches) - 1)
 
-    # an event that cannot be decoded: the batches before it come first, then the error
+    # an event that cannot be decoded comes in its place, standing for it (it parks its aggregate)
     bad = expected[4]
     real = app.mapper.to_domain_event
 
@@ -539,8 +536,22 @@ def test_the_log_is_read_one_batch_ahead_in_order_and_an_error_comes_in_its_plac
         return real(stored)
 
     monkeypatch.setattr(app.mapper, "to_domain_event", to_domain_event)
+    (undecodable,) = [d for batch in read_ahead(app, start, stop, 3) for d in batch
+                      if d.notification_id == bad]
+    assert isinstance(undecodable.event, Undecodable) and "corrupt state" in undecodable.event.error
+    assert undecodable.tenant_id == tenant, "its tenant is read from the stored JSON"
+
+    # an error reading the log: the batches before it come first, then the error
+    real_decode = eventlog_module.decode
+
+    def failing(mapper: Any, notification: Any) -> Any:
+        if notification.id == bad:
+            raise RuntimeError("the log went away")
+        return real_decode(mapper, notification)
+
+    monkeypatch.setattr(eventlog_module, "decode", failing)
     got: list[list[int]] = []
-    with pytest.raises(ProjectionError, match=f"notification {bad} .*cannot be decoded: corrupt"):
+    with pytest.raises(RuntimeError, match="the log went away"):
         for batch in read_ahead(app, start, stop, 3):
             got.append([d.notification_id for d in batch])
     assert got == [expected[:3]]

@@ -16,7 +16,8 @@ import pytest
 from eventsourcing.persistence import Notification, PersistenceError
 from kafka import KafkaConsumer, TopicPartition
 
-from infra.broker import EmbeddedBroker, ensure_topic, kafka_bootstrap
+from infra.broker import EmbeddedBroker, ensure_topic
+from infra.broker_folder import kafka_bootstrap
 from infra.postgres import Database
 from infra.relay import (
     Relay,

@@ -333,18 +333,34 @@ def test_a_slow_route_times_out_and_its_breaker_quarantines_it(pg_settings, worl
     now = [0.0]
     queries.retriever.monotonic = lambda: now[0]
     queries.retriever.routes = [r if r.name != "fuzzy" else Slow() for r in queries.retriever.routes]
+    enough = queries.query("Kaohsiung", top_n=1)  # the other routes find all it asks for
     try:
         statuses = []
         for _ in range(4):
             started = time.perf_counter()
-            result = queries.search(tenant, "Kaohsiung")
+            result = queries.search(tenant, enough)
             assert time.perf_counter() - started < 1.5  # never waits for the slow route
             statuses.append(result.diagnostics.routes["fuzzy"].status)
             now[0] += 1
         assert statuses == ["timeout", "timeout", "timeout", "quarantined"]
         assert found(result)[0] == "Kaohsiung"
         now[0] += 31  # a probe is let through after 30 s
-        assert queries.search(tenant, "Kaohsiung").diagnostics.routes["fuzzy"].status == "timeout"
+        assert queries.search(tenant, enough).diagnostics.routes["fuzzy"].status == "timeout"
+    finally:
+        queries.close()
+
+
+def test_a_question_the_other_routes_answer_too_little_runs_the_quarantined_route(world) -> None:
+    """The breaker must not turn load into empty answers: the quarantined route is its probe."""
+    _, shared, clock, tenant, _, _ = world
+    queries: Queries = create_queries(shared.settings, clock)
+    try:
+        for _ in range(3):
+            queries.retriever.breakers.record("semantic", 900.0, 0.0)
+        queries.retriever.breakers["semantic"].trip(queries.retriever.monotonic())
+        result = queries.search(tenant, "which city is home these days")  # only semantic knows
+        assert result.diagnostics.routes["semantic"].status == "ok"
+        assert found(result) and found(result)[0] == "Kaohsiung"
     finally:
         queries.close()
 

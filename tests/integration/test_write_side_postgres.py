@@ -9,10 +9,12 @@ from typing import Any
 import psycopg
 import pytest
 
+from domain.arbitration import ArbitrationCase
 from domain.errors import StaleCardError
 from domain.slot import Slot
 from infra.postgres import EVENTS_TABLE, Database, bootstrap
 from infra.settings import Settings
+from services.application import utc_now
 from services.commands import Revise
 from services.factory import create_app
 from services.memory import Palimpsest
@@ -41,9 +43,14 @@ class TestOnPostgres(WriteSideScenarios):
 
 
 class RacingApp(Palimpsest):
-    """Holds its first save until the other writer has decided too."""
+    """Holds its first save until the other writer has decided too. Without the aggregate locks
+    (which would make the other writer wait for this one instead): what these tests show is that
+    the store's version check settles a race the locks did not prevent."""
 
     barrier: threading.Barrier
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs, conflict_lock=False)
 
     def save(self, *aggregates: Any, **kwargs: Any) -> Any:
         if not getattr(self, "_raced", False):
@@ -57,15 +64,15 @@ def race(make_app, clock, tenant, commands) -> tuple[list[Any], list[BaseExcepti
     results: list[Any] = []
     errors: list[BaseException] = []
 
-    def write(command: Any) -> None:
-        app = make_app(clock, RacingApp)
+    def write(app: RacingApp, command: Any) -> None:
         app.barrier = barrier
         try:
             results.append(command(app))
         except BaseException as error:  # noqa: BLE001 - the test inspects what each writer got
             errors.append(error)
 
-    threads = [threading.Thread(target=write, args=(c,)) for c in commands]
+    apps = [make_app(clock, RacingApp) for _ in commands]  # made here: the test races writes only
+    threads = [threading.Thread(target=write, args=(a, c)) for a, c in zip(apps, commands, strict=True)]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -113,6 +120,41 @@ class TestConcurrentWriters:
         assert len(chain) == 3, "the chain never forks: each write revises the one before it"
         assert [c.edge_target for c in chain[1:]] == [c.card_id for c in chain[:-1]]
         assert versions(app, first.aggregate_id) == [1, 2, 3, 4]
+
+
+class TestHammeredSlot:
+    """RELIABILITY: four writers hammering one slot → no retry error reaches a caller; one pending
+    arbitration case per slot, not one per write."""
+
+    def test_four_writers_ten_writes_each(self, make_app) -> None:
+        tenant, writers, writes = new_tenant(), 4, 10
+        apps = [make_app(utc_now) for _ in range(writers)]  # one each, as separate workers
+        start = threading.Barrier(writers)
+        results: list[Any] = []
+        errors: list[BaseException] = []
+
+        def hammer(app: Palimpsest, writer: int) -> None:
+            start.wait(timeout=30)
+            for i in range(writes):
+                try:
+                    results.append(app.remember(tenant, state("address", f"City {writer}-{i}")))
+                except BaseException as error:  # noqa: BLE001 - the test asserts there is none
+                    errors.append(error)
+
+        threads = [threading.Thread(target=hammer, args=(app, w)) for w, app in enumerate(apps)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert errors == [] and len(results) == writers * writes
+        slot = apps[0].load(tenant, results[0].aggregate_id, Slot)
+        assert len(slot.current_cards) == 1
+        assert len(slot.pending) <= 1
+        queued = [r for r in results if r.outcome == "queued"]
+        assert {r.case_id for r in queued} == set(slot.pending)
+        if queued:
+            case = apps[0].load(tenant, queued[0].case_id, ArbitrationCase)
+            assert len(case.proposals) == len(queued) == len(next(iter(slot.pending.values())))
 
 
 class TestEventTable:

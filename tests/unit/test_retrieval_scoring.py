@@ -8,7 +8,7 @@ from uuid import UUID
 
 import pytest
 
-from services.retrieval.breaker import RouteBreaker, nearest_rank
+from services.retrieval.breaker import Breakers, RouteBreaker, nearest_rank
 from services.retrieval.scoring import (
     Candidate,
     Contradiction,
@@ -324,32 +324,60 @@ class TestNearestRank:
 
 
 def trip(breaker: RouteBreaker, at: float = 0.0) -> None:
-    for _ in range(10):
+    for _ in range(3):
         breaker.record(400.0, at)
+    breaker.trip(at)
+
+
+def healthy(board: Breakers, name: str, ms: float, now: float = 0.0, calls: int = 10) -> None:
+    for _ in range(calls):
+        board.record(name, ms, now)
 
 
 class TestRouteBreaker:
-    def test_trips_at_the_tenth_slow_sample_not_before(self) -> None:
-        breaker = RouteBreaker()
-        for i in range(9):
-            breaker.record(400.0, float(i))
-            assert breaker.allow(float(i))
-        breaker.record(400.0, 9.0)
-        assert breaker.quarantined(9.0)
-        assert not breaker.allow(9.0)
+    def test_one_slow_sample_among_fast_ones_does_not_quarantine(self) -> None:
+        board = Breakers(("semantic", "tags"))
+        healthy(board, "tags", 5.0)
+        healthy(board, "semantic", 10.0, calls=9)
+        assert not board.record("semantic", 400.0, 0.0)  # a cold start, a pause: one sample
+        assert board.allow("semantic", 1.0)
+
+    def test_three_slow_samples_in_ten_quarantine(self) -> None:
+        board = Breakers(("semantic", "tags"))
+        healthy(board, "tags", 5.0)
+        healthy(board, "semantic", 10.0, calls=7)
+        assert not board.record("semantic", 400.0, 0.0)
+        assert not board.record("semantic", 400.0, 0.0)
+        assert board.record("semantic", 400.0, 0.0)
+        assert board["semantic"].quarantined(1.0) and not board.allow("semantic", 1.0)
+
+    def test_every_route_slowed_alike_is_a_busy_machine_not_a_sick_route(self) -> None:
+        board = Breakers(("semantic", "tags", "fuzzy"))
+        for name, ms in (("semantic", 60.0), ("tags", 40.0), ("fuzzy", 30.0)):
+            healthy(board, name, ms, calls=30)
+        for _ in range(5):  # everything four times slower: the machine is busy
+            for name, ms in (("semantic", 240.0), ("tags", 160.0), ("fuzzy", 120.0)):
+                board.record(name, ms, 0.0)
+        assert board["semantic"].sick() and not board["semantic"].quarantined(0.0)
+
+    def test_a_route_slow_while_the_others_are_not_is_taken_out(self) -> None:
+        board = Breakers(("semantic", "tags", "fuzzy"))
+        for name, ms in (("semantic", 60.0), ("tags", 40.0), ("fuzzy", 30.0)):
+            healthy(board, name, ms, calls=30)
+        quarantined = [board.record("semantic", 400.0, 0.0) for _ in range(3)]
+        assert quarantined == [False, False, True]
+
+    def test_a_warm_up_call_is_no_sample(self) -> None:
+        board = Breakers(("semantic",))
+        for _ in range(5):
+            board.record("semantic", 2_000.0, 0.0, warm_up=True)
+        assert board["semantic"].samples == () and board.allow("semantic", 0.0)
 
     def test_at_the_limit_stays_in(self) -> None:
         breaker = RouteBreaker()
         for _ in range(20):
             breaker.record(150.0, 0.0)
-        assert breaker.allow(0.0) and breaker.p95() == 150.0
-
-    def test_one_slow_sample_in_a_full_window_is_the_p95(self) -> None:
-        breaker = RouteBreaker()
-        for _ in range(9):
-            breaker.record(20.0, 0.0)
-        breaker.record(151.0, 0.0)
-        assert not breaker.allow(0.0)
+        assert not breaker.sick() and breaker.p95() == 150.0
 
     def test_one_probe_every_thirty_seconds(self) -> None:
         breaker = RouteBreaker()
@@ -360,29 +388,20 @@ class TestRouteBreaker:
         assert not breaker.allow(159.0)
         assert breaker.allow(160.0)
 
-    def test_rejoins_once_good_probes_bring_the_p95_back(self) -> None:
+    def test_a_probe_under_the_limit_lets_it_back_in_with_a_fresh_window(self) -> None:
         breaker = RouteBreaker()
         trip(breaker)
-        now = 0.0
-        for _ in range(9):
-            now += 30.0
-            assert breaker.allow(now)
-            breaker.record(20.0, now)
-            assert breaker.quarantined(now)  # one slow sample left in the window
-        now += 30.0
-        assert breaker.allow(now)
-        breaker.record(20.0, now)
-        assert not breaker.quarantined(now)
-        assert breaker.allow(now + 1.0) and breaker.allow(now + 1.0)
-        assert breaker.p95() == 20.0
+        assert breaker.allow(30.0)
+        breaker.record(20.0, 30.0)
+        assert not breaker.quarantined(30.0)
+        assert breaker.samples == () and breaker.allow(31.0) and breaker.allow(31.0)
 
     def test_a_slow_probe_keeps_it_out(self) -> None:
         breaker = RouteBreaker()
         trip(breaker)
-        for i in range(1, 11):
-            assert breaker.allow(30.0 * i)
-            breaker.record(20.0 if i < 10 else 300.0, 30.0 * i)
-        assert breaker.quarantined(300.0)
+        assert breaker.allow(30.0)
+        breaker.record(300.0, 30.0)
+        assert breaker.quarantined(31.0)
 
     def test_quarantine_ends_after_ten_minutes_with_a_fresh_window(self) -> None:
         breaker = RouteBreaker()
@@ -390,16 +409,12 @@ class TestRouteBreaker:
         assert breaker.quarantined(599.9)
         assert breaker.allow(600.0) and breaker.allow(600.0)
         assert breaker.samples == ()
-        for i in range(9):
-            breaker.record(400.0, 601.0 + i)
-        assert breaker.allow(610.0)
-        breaker.record(400.0, 611.0)
-        assert not breaker.allow(611.0)
 
     def test_numbers_are_parameters(self) -> None:
-        breaker = RouteBreaker(window=3, limit_ms=50.0, quarantine_s=60.0, probe_every_s=5.0)
-        for _ in range(3):
-            breaker.record(60.0, 0.0)
-        assert not breaker.allow(4.0)
-        assert breaker.allow(5.0)
-        assert breaker.allow(60.0) and breaker.samples == ()
+        board = Breakers(("semantic",), window=3, limit_ms=50.0, quarantine_s=60.0, probe_every_s=5.0,
+                         slow_samples=2)
+        board.record("semantic", 60.0, 0.0)
+        assert board.record("semantic", 60.0, 0.0)
+        assert not board.allow("semantic", 4.0)
+        assert board.allow("semantic", 5.0)
+        assert board.allow("semantic", 60.0) and board["semantic"].samples == ()

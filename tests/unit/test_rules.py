@@ -1,24 +1,29 @@
 """The pure rules, without any store."""
 
+import re
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 import pytest
 
+from domain.cards import StateCard
 from domain.errors import (
+    CardNotFoundError,
     FutureTimeError,
+    InvalidCommandError,
     InvalidKindError,
     InvalidScopeError,
     InvalidTenantError,
+    InvalidTextError,
     TooManyTagsError,
     ValidityOrderError,
 )
 from domain.policy import Policy
-from domain.rules.arbitration import Layer, is_same_turn, judge, recent_changes
+from domain.rules.arbitration import Decision, Layer, accepted, is_same_turn, judge, recent_changes
 from domain.rules.cardinality import decide_cardinality
 from domain.rules.tags import normalise_tag, normalise_tags
 from domain.rules.timeline import Span, overlapping, place
-from domain.rules.validation import check_validity
+from domain.rules.validation import check_fields, check_validity
 from domain.values import Cardinality, Provenance, Scope, check_tenant, parse_kind
 
 NOW = datetime(2026, 11, 1, 12, tzinfo=UTC)
@@ -169,3 +174,68 @@ class TestValidation:
             Provenance(source="agent_inferred")  # type: ignore[arg-type]
         with pytest.raises(InvalidKindError):
             Provenance(source="agent_inferred", inference_confidence=1.5)  # type: ignore[arg-type]
+
+
+class TestTextHygiene:
+    @pytest.mark.parametrize("text", ["plain", "two\nlines\tand a tab", "windows\r\nline end",
+                                      "高雄 👩\u200d💻", "quote \" and / slash", ""])
+    def test_text_with_newlines_tabs_and_any_printable_character_passes(self, text: str) -> None:
+        check_fields({"content": text, "tags": ("ok",), "links": (uuid4(),), "at": NOW})
+
+    @pytest.mark.parametrize(("text", "what"), [
+        ("A\x00B", "NUL byte"), ("\ud800", "lone surrogate U+D800"), ("x\udfff", "U+DFFF"),
+        ("\x07", "U+0007"), ("a\rb", "U+000D"), ("end\r", "U+000D"), ("\x7f", "U+007F"),
+        ("\x85", "U+0085"), ("\x0b", "U+000B"),
+    ])
+    def test_nul_surrogates_and_control_characters_are_refused(self, text: str, what: str) -> None:
+        with pytest.raises(InvalidTextError, match=re.escape(what)) as raised:
+            check_fields({"content": text})
+        assert raised.value.field == "content" and isinstance(raised.value, InvalidCommandError)
+
+    def test_nested_texts_are_named_by_their_path(self) -> None:
+        for fields, path in (({"tags": ("a", "b\x00")}, "tags[1]"),
+                             ({"group_ids": ["g", "\x1b"]}, "group_ids[1]"),
+                             ({"meta": {"k": ("ok", "\x00")}}, "meta.k[1]")):
+            with pytest.raises(InvalidTextError) as raised:
+                check_fields(fields)
+            assert raised.value.field == path
+
+    @pytest.mark.parametrize(("fields", "path"), [
+        ({"subject": "user/anna"}, "subject"), ({"label": "home/city"}, "label"),
+        ({"label": "  "}, "label"), ({"tags": ("",)}, "tags[0]"), ({"tags": ("x", " \t ")}, "tags[1]"),
+    ])
+    def test_a_slash_in_a_slot_name_and_an_empty_tag(self, fields: dict, path: str) -> None:
+        with pytest.raises(InvalidTextError) as raised:
+            check_fields(fields)
+        assert raised.value.field == path
+
+    def test_a_slash_elsewhere_and_absent_slot_names_pass(self) -> None:
+        check_fields({"content": "a/b", "title": "CI/CD", "subject": None, "label": None, "tags": ()})
+
+
+def proposal(value: str, valid_from: datetime, item_key: str | None = None) -> StateCard:
+    return StateCard(card_id=uuid4(), value=value, memory_type="fact", valid_from=valid_from,
+                     valid_to=None, recorded_at=NOW, provenance=Provenance(), item_key=item_key)
+
+
+class TestAcceptedProposals:
+    def test_keep_old_none_accept_new_the_latest_or_the_named(self) -> None:
+        a, b, c = (proposal(v, NOW - days(3 - i)) for i, v in enumerate("abc"))
+        assert accepted((a, b, c), Decision.KEEP_OLD, None, by_item=False) == ()
+        assert accepted((a, b, c), Decision.ACCEPT_NEW, None, by_item=False) == (c,)
+        assert accepted((a, b, c), Decision.ACCEPT_NEW, a.card_id, by_item=False) == (a,)
+
+    def test_accept_new_by_item_takes_the_latest_of_each(self) -> None:
+        p1, r1, p2 = proposal("py 1", NOW, "py"), proposal("rust", NOW, "rs"), proposal("py 2", NOW, "py")
+        assert accepted((p1, r1, p2), Decision.ACCEPT_NEW, None, by_item=True) == (r1, p2)
+
+    def test_both_valid_takes_each_value_once_at_its_earliest(self) -> None:
+        late_a, b, early_a = proposal("A", NOW - days(1)), proposal("B", NOW), proposal(" a", NOW - days(9))
+        assert accepted((late_a, b, early_a), Decision.BOTH_VALID, None, by_item=False) == (b, early_a)
+
+    def test_a_named_card_must_be_a_proposal_and_only_for_accept_new(self) -> None:
+        a = proposal("a", NOW)
+        with pytest.raises(CardNotFoundError):
+            accepted((a,), Decision.ACCEPT_NEW, uuid4(), by_item=False)
+        with pytest.raises(InvalidCommandError):
+            accepted((a,), Decision.BOTH_VALID, a.card_id, by_item=False)

@@ -1,0 +1,176 @@
+"""``palimpsest pipeline``: the embedded profile's whole write-to-read-model path, supervised.
+
+One process keeps the parts up:
+
+* the broker — the data folder's embedded tansu (unless ``PALIMPSEST_KAFKA_BOOTSTRAP`` is set), a
+  child restarted on the same port when it dies or stops answering (:class:`BrokerKeeper`); the
+  relay notices the broker lost its data and publishes the log again, and the projector's consumer
+  rejoins its group on the same address and reads the new topic from the start (what it already
+  applied is skipped by its tracking);
+* the relay — a thread of this process;
+* the projector — a child process (``palimpsest project`` against this broker), started again with
+  backoff when it exits by itself; when it exits with ``FAILED_EXIT`` (it cannot go on) the
+  pipeline stops with that code.
+
+Heartbeats: this process beats for the broker and the relay, the projector for itself. SIGINT or
+SIGTERM stops everything within :data:`STOP_SECONDS`, whatever the broker is doing.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, SecretStr
+
+from infra.broker import die_with_parent
+from infra.embedded_pg import drop_dead_handles
+from infra.heartbeats import Heartbeats
+from infra.postgres import admin_database, bootstrap, runtime_database
+from infra.processes import Kafka, heartbeats, process_shutdown, watch
+from infra.relay import Relay
+from infra.settings import Settings
+from projections.faust_app import FAILED_EXIT
+
+log = logging.getLogger(__name__)
+
+#: The longest a stop takes (the projector gets most of it, then it is killed).
+STOP_SECONDS = 5.0
+
+
+def run_pipeline(settings: Settings) -> int:
+    """Run until SIGINT/SIGTERM; 0, or the projector's ``FAILED_EXIT``."""
+    from services.factory import create_app
+
+    shutdown = process_shutdown("pipeline", settings)
+    admin = admin_database(settings)
+    if settings.auto_bootstrap:
+        bootstrap(admin, settings)
+    settings = settings.model_copy(update={"auto_bootstrap": False})
+    kafka = Kafka(settings)
+    watch(shutdown, kafka)
+    app = create_app(settings)
+    relay = Relay.from_settings(app.recorder, settings, kafka.bootstrap)  # type: ignore[arg-type]
+    relay_thread = threading.Thread(target=relay.run, args=(shutdown.stop,), name="relay", daemon=True)
+    relay_thread.start()
+    beats = heartbeats(runtime_database(admin, settings).connect, settings,
+                       relay=relay.beat, broker=kafka.beat)
+    projector = ProjectorChild(settings, kafka.bootstrap, beats)
+    shutdown.on_force(projector.kill)
+    log.warning("pipeline: broker %s, relay and projector running; Ctrl-C stops", kafka.bootstrap)
+    try:
+        return projector.supervise(shutdown.stop)
+    finally:
+        projector.stop(timeout=STOP_SECONDS / 2)
+        relay_thread.join(timeout=1.0)
+        if not relay_thread.is_alive():  # else it is inside a call to the broker: let it be
+            relay.close()
+        beats.stop()
+        kafka.close()
+        app.close()
+        if not settings.database_url:  # a projector killed here cannot leave the server itself
+            drop_dead_handles(settings.data_dir.resolve() / "pg")
+        shutdown.done()
+
+
+class ProjectorChild:
+    """``palimpsest project`` as a child process: dies with this process (Linux), restarted with
+    backoff when it exits by itself."""
+
+    def __init__(self, settings: Settings, bootstrap: str, beats: Heartbeats | None = None,
+                 max_backoff: float = 30.0) -> None:
+        self.env = {**settings_env(settings), "PALIMPSEST_KAFKA_BOOTSTRAP": bootstrap}
+        self.beats = beats
+        self.max_backoff = max_backoff
+        self.process: subprocess.Popen[bytes] | None = None
+        self.starts = 0
+        self._started_at = 0.0
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "services.cli", "project"], env=self.env, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=die_with_parent())  # Ctrl-C reaches the pipeline only
+        self.starts += 1
+        self._started_at = time.monotonic()
+
+    def supervise(self, stop: threading.Event) -> int:
+        """Keep it running until ``stop``; its ``FAILED_EXIT`` ends the pipeline with that code."""
+        backoff = 1.0
+        self.start()
+        while not stop.wait(0.2):
+            assert self.process is not None
+            code = self.process.poll()
+            if code is None:
+                continue
+            if code == FAILED_EXIT:
+                log.critical("pipeline: the projector cannot go on (exit code %d): stopping", code)
+                return code
+            if time.monotonic() - self._started_at > 60:
+                backoff = 1.0
+            log.warning("pipeline: the projector (pid %d) exited with code %d; starting it again in "
+                        "%.0f s", self.process.pid, code, backoff)
+            self._forget()
+            if stop.wait(backoff):
+                break
+            backoff = min(backoff * 2, self.max_backoff)
+            self.start()
+        return 0
+
+    def stop(self, timeout: float) -> None:
+        """SIGTERM, then SIGKILL after ``timeout`` seconds."""
+        process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            log.warning("pipeline: the projector did not stop within %.1f s: killing it", timeout)
+            self.kill()
+
+    def kill(self) -> None:
+        process = self.process
+        if process is not None and process.poll() is None:
+            process.kill()
+            process.wait(5)
+            self._forget()
+
+    def _forget(self) -> None:
+        """Its heartbeats say stopped at once (a killed projector cannot say it)."""
+        if self.beats is not None and self.process is not None:
+            self.beats.mark_stopped(self.process.pid)
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """This process's environment, with the ``PALIMPSEST_*`` variables that make a child's
+    ``Settings()`` equal ``settings`` (the others, e.g. ``PALIMPSEST_CACHE_DIR``, kept)."""
+    env = dict(os.environ)
+    for name in type(settings).model_fields:
+        variable, value = f"PALIMPSEST_{name.upper()}", getattr(settings, name)
+        for key in [k for k in env if k == variable or k.startswith(variable + "__")]:
+            del env[key]
+        if value is not None:
+            env[variable] = _env_value(value)
+    return env
+
+
+def _env_value(value: Any) -> str:
+    if isinstance(value, SecretStr):
+        return value.get_secret_value()
+    if isinstance(value, BaseModel):
+        return value.model_dump_json()
+    if isinstance(value, Path):
+        return str(value.resolve())
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple | dict):
+        return json.dumps(value)
+    return str(value)
