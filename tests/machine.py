@@ -34,6 +34,7 @@ from uuid import UUID, uuid4
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from kafka import KafkaConsumer, TopicPartition
+from kafka.errors import KafkaError
 from psycopg import sql
 from psycopg.types.range import Range
 
@@ -363,11 +364,17 @@ class SystemMachine(RuleBasedStateMachine):
         head = self.app.recorder.max_notification_id() or 0
         deadline = time.monotonic() + self.catch_up_within
         while True:
-            if self.env.keeper.restarts != self.restarts:
-                self.restarts = self.env.keeper.restarts
-                self._assign()
             self.relay.run_once(timeout=0.05)
-            for batch in self.consumer.poll(timeout_ms=100, max_records=200).values():
+            try:
+                if self.env.keeper.restarts != self.restarts:
+                    restarts = self.env.keeper.restarts
+                    self._assign()
+                    self.restarts = restarts
+                polled = self.consumer.poll(timeout_ms=100, max_records=200)
+            except KafkaError:  # the broker is down a moment: the client retries, so do we
+                time.sleep(0.1)
+                polled = {}
+            for batch in polled.values():
                 delivered = [decode(self.app.mapper, m.to_notification())
                              for record in batch for m in decode_messages(record.value)]
                 for attempt in range(3):

@@ -4,7 +4,9 @@ its own embedded PostgreSQL and broker, divergences counted rather than stopping
     python -m tests.benchmarks.soak [--steps 10000] [--per-example 50] [--seed N]
 
 Prints progress, then steps, examples, divergences (the first few described), broker kills,
-rebuilds, comparisons and the time taken; exits 1 when anything diverged."""
+rebuilds, comparisons, the time taken and the batches an error of the harness itself stopped (a
+Kafka client that gave up, say: not a divergence of the read models); exits 1 when anything
+diverged."""
 
 from __future__ import annotations
 
@@ -48,15 +50,19 @@ def main(argv: list[str] | None = None) -> int:
     SystemMachine.env, SystemMachine.strict = env, False
     SystemMachine.rebuild_every = args.rebuild_every
     started, examples = time.monotonic(), 0
+    errors: list[str] = []
     try:
         while env.steps < args.steps:
             batch = settings(max_examples=10, stateful_step_count=args.per_example,
                              deadline=None, database=None, derandomize=False,
                              suppress_health_check=list(HealthCheck))
-            if args.seed is not None:
-                seed(args.seed + examples)(run_batch)(batch)
-            else:
-                run_batch(batch)
+            try:
+                if args.seed is not None:
+                    seed(args.seed + examples)(run_batch)(batch)
+                else:
+                    run_batch(batch)
+            except Exception as error:  # of the harness, not a divergence: said, and counted
+                errors.append(f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")
             examples += 10
             elapsed = time.monotonic() - started
             print(f"  {env.steps:>6} steps  {examples:>4} examples  {len(env.divergences)} "
@@ -68,7 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     elapsed = time.monotonic() - started
     print(f"\nsteps {env.steps}, examples {examples}, divergences {len(env.divergences)}, "
           f"broker kills {env.kills}, rebuilds {env.rebuilds}, comparisons {env.checks}, "
-          f"time {elapsed:.0f} s ({env.steps / elapsed:.1f} steps/s)")
+          f"time {elapsed:.0f} s ({env.steps / elapsed:.1f} steps/s); batches stopped by an error "
+          f"of the harness: {len(errors)}")
+    for error in errors[:5]:
+        print(f"  harness error: {error}")
     for divergence in env.divergences[:10]:
         print(f"  diverged: {divergence}")
     return 1 if env.divergences else 0
