@@ -1,10 +1,11 @@
-# Two commands on a fresh machine: `make demo` and `make test`. Both create .venv when missing.
+# Two commands on a fresh machine: `make serve` (the main job) and `make test`. Both create .venv
+# when missing.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test bench bench-retrieval bench-aging bench-faults bench-contention soak typecheck clean
+.PHONY: serve demo test test-containers bench bench-api bench-retrieval bench-aging bench-faults bench-contention soak typecheck clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -12,6 +13,9 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m infra.pgvector_build
 	touch $(STAMP)
+
+serve: $(STAMP)
+	$(BIN)/palimpsest serve
 
 demo: $(STAMP)
 	$(BIN)/palimpsest demo
@@ -21,8 +25,16 @@ test: $(STAMP)
 	$(BIN)/mypy domain services infra projections
 	$(BIN)/python -m pytest
 
+# The integration, pipeline and stream suites against the pgvector/pgvector and apache/kafka images
+# (testcontainers); every suite skipped, with the reason, where no Docker engine answers.
+test-containers: $(STAMP)
+	PALIMPSEST_TEST_CONTAINERS=1 $(BIN)/python -m pytest tests/containers -rs
+
 bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_pipeline
+
+bench-api: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_api
 
 bench-retrieval: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_retrieval

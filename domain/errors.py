@@ -14,7 +14,8 @@
     │   │   ├── ValidityOrderError      valid_to before valid_from
     │   │   ├── FutureTimeError         beyond the clock-skew tolerance
     │   │   └── OccurredAtImmutableError
-    │   └── CardinalityError            an edge the slot's cardinality does not allow
+    │   ├── CardinalityError            an edge the slot's cardinality does not allow
+    │   └── PayloadTooLargeError        a request over the size limits, refused before any work
     ├── InvalidTransitionError          a lifecycle move the state machine forbids
     ├── NotFoundError                   missing, or owned by another tenant: the two look the same
     │   ├── CardNotFoundError
@@ -23,6 +24,8 @@
     │   ├── StaleCardError              the card the command targets is no longer current
     │   ├── ConcurrentWriteError        lost the race too often; retryable
     │   └── IdempotencyKeyReusedError   same request id, different command
+    ├── AuthenticationError             no key, or an unknown or revoked one
+    ├── PermissionDeniedError           the key lacks the scope, or names another tenant
     ├── StoreUnavailableError           the event store failed; retryable
     └── InvariantViolation              a rule the write side guarantees would break: a bug, not input
 """
@@ -92,6 +95,10 @@ class CardinalityError(InvalidCommandError):
     pass
 
 
+class PayloadTooLargeError(InvalidCommandError):
+    pass
+
+
 class InvalidTransitionError(PalimpsestError):
     pass
 
@@ -121,6 +128,14 @@ class ConcurrentWriteError(ConflictError):
 
 
 class IdempotencyKeyReusedError(ConflictError):
+    pass
+
+
+class AuthenticationError(PalimpsestError):
+    pass
+
+
+class PermissionDeniedError(PalimpsestError):
     pass
 
 

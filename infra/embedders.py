@@ -26,6 +26,7 @@ import psycopg
 from psycopg import sql
 
 from domain.errors import PalimpsestError
+from infra.vectors import VectorTypes
 
 if TYPE_CHECKING:
     from infra.settings import Settings
@@ -295,11 +296,6 @@ def content_hash(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
 
 
-def _vector_literal(vector: list[float]) -> str:
-    # repr of a float32 value widened to float64 reads back as exactly that float32 in pgvector.
-    return "[" + ",".join(map(repr, vector)) + "]"
-
-
 class CachedEmbedder(Embedder):
     """``inner`` behind a cache in ``{schema}.embedding_cache``, keyed by ``(inner.model,
     sha256(text))``.
@@ -319,11 +315,9 @@ class CachedEmbedder(Embedder):
     not reach it (no tenant column), so an erasure that must also cover the cache has to purge it
     (e.g. by ``created_at``), which loses only cache hits.
 
-    Vectors go in and out as float32 (pgvector's storage) in binary, so a hit returns bit for bit
-    what the miss returned. Transfer is by casts (``text → vector``, ``vector → real[]``), not
-    ``pgvector.psycopg.register_vector``: it works on any connection ``connect`` hands out (a pool's
-    included) with no per-connection type registration or catalogue lookup, and needs no ``pgvector``
-    Python package.
+    Vectors go in and out as float32 (pgvector's storage) through pgvector's binary adapter
+    (:mod:`infra.vectors`: the type looked up once, registered on each connection ``connect`` hands
+    out), so a hit returns bit for bit what the miss returned.
     """
 
     def __init__(self, inner: Embedder, connect: Connect, *, schema: str = "palimpsest") -> None:
@@ -334,6 +328,7 @@ class CachedEmbedder(Embedder):
         self._table = sql.Identifier(schema, CACHE_TABLE)
         self._schema = schema
         self._checked = False
+        self._vectors = VectorTypes()
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
@@ -359,26 +354,25 @@ class CachedEmbedder(Embedder):
     def _lookup(self, digests: list[bytes]) -> dict[bytes, list[float]]:
         with self._connect() as conn:
             self._check_dimensions(conn)
-            rows = conn.execute(
+            rows = self._vectors.register(conn).execute(
                 sql.SQL(
-                    "SELECT content_hash, embedding::real[] FROM {} "
+                    "SELECT content_hash, embedding FROM {} "
                     "WHERE model = %s AND content_hash = ANY(%s)"
                 ).format(self._table),
                 (self.model, digests),
                 binary=True,
             ).fetchall()
-        return {bytes(digest): list(vector) for digest, vector in rows}
+        return {bytes(digest): vector.to_numpy().tolist() for digest, vector in rows}
 
     def _store(self, vectors: dict[bytes, list[float]]) -> None:
         with self._connect() as conn:
-            conn.execute(
+            self._vectors.register(conn).execute(
                 sql.SQL(
                     "INSERT INTO {} (model, content_hash, embedding) "
-                    "SELECT %s, digest, vector::vector "
-                    "FROM unnest(%s::bytea[], %s::text[]) AS v(digest, vector) "
+                    "SELECT %s, digest, vector FROM unnest(%s::bytea[], %s) AS v(digest, vector) "
                     "ON CONFLICT (model, content_hash) DO NOTHING"
                 ).format(self._table),
-                (self.model, list(vectors), [_vector_literal(v) for v in vectors.values()]),
+                (self.model, list(vectors), list(np.asarray(list(vectors.values()), dtype=np.float32))),
             )
 
     def _check_dimensions(self, conn: psycopg.Connection[Any]) -> None:

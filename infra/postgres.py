@@ -26,6 +26,8 @@ from projections.schema import create_read_schema
 log = logging.getLogger(__name__)
 
 EVENTS_TABLE = "palimpsest_events"
+#: API keys (``services.keys``): looked up by the hash of their secret, before any tenant is known.
+KEYS_TABLE = "api_keys"
 
 
 @dataclass(frozen=True)
@@ -167,6 +169,22 @@ GRANT SELECT ON {schema}.{table} TO {projector};
 """
 
 
+_KEYS = """
+CREATE TABLE IF NOT EXISTS {schema}.{keys} (
+    key_id text PRIMARY KEY,
+    tenant_id text NOT NULL,
+    scopes text[] NOT NULL,
+    name text NOT NULL DEFAULT '',
+    secret_hash bytea NOT NULL UNIQUE,
+    created_at timestamptz NOT NULL,
+    revoked_at timestamptz
+);
+REVOKE ALL ON {schema}.{keys} FROM {role};
+GRANT SELECT, INSERT ON {schema}.{keys} TO {role};
+GRANT UPDATE (revoked_at) ON {schema}.{keys} TO {role};
+"""
+
+
 #: Operators the search routes filter with. PostgreSQL evaluates a non-LEAKPROOF condition only
 #: after the row-level security check, so it cannot drive an index scan: without the mark the
 #: GIN indexes on terms, bigrams and trigrams are never used for the runtime role and every
@@ -225,6 +243,7 @@ def _bootstrap(admin: Database, settings: Settings, schema: str) -> None:
     with admin.connect(autocommit=True) as conn:
         conn.execute(sql.SQL(_APPEND_ONLY).format(**names))
         conn.execute(sql.SQL(_GRANTS).format(**names))
+        conn.execute(sql.SQL(_KEYS).format(keys=sql.Identifier(KEYS_TABLE), **names))
         conn.execute(sql.SQL(_PROJECTOR_GRANTS).format(
             projector=sql.Identifier(settings.projector_role), **names))
         ensure_cache_table(conn, schema, settings.embedding_dimensions,

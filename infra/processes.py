@@ -96,10 +96,10 @@ def heartbeats(connect: Callable[..., Any], settings: Settings,
 
 
 def process_shutdown(name: str, settings: Settings, stop: threading.Event | None = None,
-                     kafka: Kafka | None = None) -> Shutdown:
-    """SIGINT/SIGTERM handled; a forced exit stops this process's broker and leaves its
-    embedded PostgreSQL first."""
-    shutdown = Shutdown(name=name, stop=stop).install()
+                     kafka: Kafka | None = None, deadline: float = 3.5) -> Shutdown:
+    """SIGINT/SIGTERM handled; a stop not done within ``deadline`` seconds is forced, and a forced
+    exit stops this process's broker and leaves its embedded PostgreSQL first."""
+    shutdown = Shutdown(deadline=deadline, name=name, stop=stop).install()
     quiet_kafka_logs()
     if not settings.database_url:
         shutdown.on_force(lambda: release_embedded(settings.data_dir))

@@ -165,6 +165,16 @@ class Settings(BaseSettings):
     #: The read path: ``PALIMPSEST_RETRIEVAL__<FIELD>`` (see ``RetrievalSettings``).
     retrieval: RetrievalSettings = RetrievalSettings()
 
+    #: The HTTP server of ``palimpsest serve``.
+    api_host: str = "127.0.0.1"
+    api_port: int = Field(default=8765, ge=0, le=65_535)
+    #: Largest request body the REST edge reads; larger ones are refused (413) unread.
+    api_max_body_bytes: int = Field(default=1_000_000, ge=1_024)
+    #: Longest a read passing ``min_position`` waits for the read models to include it.
+    api_max_wait_seconds: float = Field(default=5.0, ge=0.0)
+    #: A secret mixed into every stored API key hash (HMAC-SHA-256); unset = plain SHA-256.
+    key_pepper: SecretStr | None = None
+
     max_content_chars: int = 8_000
     max_tags: int = 64
     max_tag_chars: int = 64

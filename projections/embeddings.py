@@ -3,7 +3,8 @@
 It is derived from the ``cards`` read model, not from events, so the cards projection never waits
 on a model: new or changed content (its hash differs from the embedded one) is picked up in
 batches, embedded through the ``Embedder`` port (cached by model and content hash, so a rebuild
-does not pay twice) and written tenant by tenant.
+does not pay twice) and written tenant by tenant, as float32 arrays through pgvector's binary
+adapter (:mod:`infra.vectors`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ from collections.abc import Callable
 from itertools import groupby
 from typing import Any
 
+import numpy as np
 import psycopg
 from psycopg import sql
 
 from infra.embedders import Embedder, content_hash
+from infra.vectors import VectorTypes
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,7 @@ class EmbeddingProjection:
                  embedder: Embedder) -> None:
         self.connect = connect
         self.embedder = embedder
+        self.vectors = VectorTypes()
         s = sql.Identifier(schema)
         self._pending = sql.SQL(
             "SELECT c.tenant_id, c.card_id, " + EMBEDDED_TEXT + " AS text FROM {s}.cards c "
@@ -40,7 +44,7 @@ class EmbeddingProjection:
             "ORDER BY c.tenant_id LIMIT %s").format(s=s)
         self._upsert = sql.SQL(
             "INSERT INTO {}.card_embeddings (tenant_id, card_id, model, content_hash, embedding) "
-            "VALUES (%s, %s, %s, %s, %s::vector) ON CONFLICT (tenant_id, card_id) DO UPDATE SET "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (tenant_id, card_id) DO UPDATE SET "
             "model = excluded.model, content_hash = excluded.content_hash, "
             "embedding = excluded.embedding").format(s)
 
@@ -51,14 +55,15 @@ class EmbeddingProjection:
             if not rows:
                 return 0
             texts = [text for _, _, text in rows]
-            vectors = self.embedder.embed(texts)
+            vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+            self.vectors.register(conn)
             with conn.transaction():
                 for tenant_id, group in groupby(zip(rows, texts, vectors, strict=True),
                                                 key=lambda item: item[0][0]):
                     conn.execute("SELECT set_config('palimpsest.tenant', %s, true)", (tenant_id,))
                     for (_, card_id, _), text, vector in group:
                         conn.execute(self._upsert, (tenant_id, card_id, self.embedder.model,
-                                                    content_hash(text), _literal(vector)))
+                                                    content_hash(text), vector))
         return len(rows)
 
     def embed_all(self, batch: int = 256, progress: Callable[[int], None] | None = None) -> int:
@@ -68,8 +73,4 @@ class EmbeddingProjection:
             if progress:
                 progress(total)
         return total
-
-
-def _literal(vector: list[float]) -> str:
-    return "[" + ",".join(map(repr, vector)) + "]"
 

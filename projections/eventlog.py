@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from eventsourcing.application import Application
 from eventsourcing.persistence import Notification
 from psycopg import sql
 from psycopg.rows import tuple_row
@@ -25,8 +26,9 @@ from projections.schema import in_share
 
 #: Notifications read per page.
 PAGE = 1_000
-#: The command side, whose event store and mapper the log is read through.
-Palimpsest = Any
+#: The command side, whose event store and mapper the log is read through: any eventsourcing
+#: application (the projections never import the services that make it).
+Palimpsest = Application
 
 
 def events_table(recorder: Any) -> sql.Composable:

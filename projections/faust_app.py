@@ -26,6 +26,7 @@ import faust
 
 from infra.relay import decode_messages
 from infra.settings import Settings
+from projections.eventlog import Palimpsest
 from projections.parking import MESSAGE, Failure
 from projections.projector import (
     Delivered,
@@ -34,7 +35,6 @@ from projections.projector import (
     Projector,
     decode,
 )
-from services.memory import Palimpsest
 
 log = logging.getLogger(__name__)
 

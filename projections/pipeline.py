@@ -38,6 +38,7 @@ from infra.postgres import admin_database, bootstrap, runtime_database
 from infra.processes import Kafka, heartbeats, process_shutdown, watch
 from infra.relay import Relay
 from infra.settings import Settings
+from infra.supervision import Shutdown
 from projections.faust_app import FAILED_EXIT
 
 log = logging.getLogger(__name__)
@@ -51,34 +52,65 @@ def run_pipeline(settings: Settings) -> int:
     from services.factory import create_app
 
     shutdown = process_shutdown("pipeline", settings)
-    admin = admin_database(settings)
-    if settings.auto_bootstrap:
-        bootstrap(admin, settings)
-    settings = settings.model_copy(update={"auto_bootstrap": False})
-    kafka = Kafka(settings)
-    watch(shutdown, kafka)
+    settings = prepare(settings)
     app = create_app(settings)
-    relay = Relay.from_settings(app.recorder, settings, kafka.bootstrap)  # type: ignore[arg-type]
-    relay_thread = threading.Thread(target=relay.run, args=(shutdown.stop,), name="relay", daemon=True)
-    relay_thread.start()
-    beats = heartbeats(runtime_database(admin, settings).connect, settings,
-                       relay=relay.beat, broker=kafka.beat)
-    projector = ProjectorChild(settings, kafka.bootstrap, beats)
-    shutdown.on_force(projector.kill)
-    log.warning("pipeline: broker %s, relay and projector running; Ctrl-C stops", kafka.bootstrap)
+    parts = Pipeline(settings, shutdown, app.recorder)
+    log.warning("pipeline: broker %s, relay and projector running; Ctrl-C stops", parts.kafka.bootstrap)
     try:
-        return projector.supervise(shutdown.stop)
+        return parts.supervise(shutdown.stop)
     finally:
-        projector.stop(timeout=STOP_SECONDS / 2)
-        relay_thread.join(timeout=1.0)
-        if not relay_thread.is_alive():  # else it is inside a call to the broker: let it be
-            relay.close()
-        beats.stop()
-        kafka.close()
+        parts.close()
         app.close()
-        if not settings.database_url:  # a projector killed here cannot leave the server itself
-            drop_dead_handles(settings.data_dir.resolve() / "pg")
+        leave(settings)
         shutdown.done()
+
+
+def prepare(settings: Settings) -> Settings:
+    """Bootstrap the event store once (it starts the embedded PostgreSQL); the settings the
+    parts then run with (no bootstrap of their own)."""
+    if settings.auto_bootstrap:
+        bootstrap(admin_database(settings), settings)
+    return settings.model_copy(update={"auto_bootstrap": False})
+
+
+def leave(settings: Settings) -> None:
+    """A projector killed on the way out cannot leave the embedded server itself: drop it."""
+    if not settings.database_url:
+        drop_dead_handles(settings.data_dir.resolve() / "pg")
+
+
+class Pipeline:
+    """The broker (joined or started, kept up), the relay (a thread, publishing ``recorder``'s
+    log) and the projector (a child process), with this process's heartbeats for the broker and
+    the relay: ``palimpsest pipeline``, and the same parts under ``palimpsest serve``.
+
+    :meth:`supervise` keeps the projector up until a stop; :meth:`close` stops every part within
+    :data:`STOP_SECONDS`."""
+
+    def __init__(self, settings: Settings, shutdown: Shutdown, recorder: Any) -> None:
+        self.kafka = Kafka(settings)
+        watch(shutdown, self.kafka)
+        self.relay = Relay.from_settings(recorder, settings, self.kafka.bootstrap)
+        self._relay_thread = threading.Thread(target=self.relay.run, args=(shutdown.stop,),
+                                              name="relay", daemon=True)
+        self._relay_thread.start()
+        self.beats = heartbeats(runtime_database(admin_database(settings), settings).connect,
+                                settings, relay=self.relay.beat, broker=self.kafka.beat)
+        self.projector = ProjectorChild(settings, self.kafka.bootstrap, self.beats)
+        shutdown.on_stop(self.projector.terminate)  # it stops while the rest of this process does
+        shutdown.on_force(self.projector.kill)
+
+    def supervise(self, stop: threading.Event) -> int:
+        """Until ``stop``: 0, or the projector's ``FAILED_EXIT`` (it cannot go on)."""
+        return self.projector.supervise(stop)
+
+    def close(self) -> None:
+        self.projector.stop(timeout=STOP_SECONDS / 2)
+        self._relay_thread.join(timeout=1.0)
+        if not self._relay_thread.is_alive():  # else it is inside a call to the broker: let it be
+            self.relay.close()
+        self.beats.stop()
+        self.kafka.close()
 
 
 class ProjectorChild:
@@ -93,6 +125,7 @@ class ProjectorChild:
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self._started_at = 0.0
+        self._signalled: set[int] = set()
 
     def start(self) -> None:
         self.process = subprocess.Popen(
@@ -124,12 +157,19 @@ class ProjectorChild:
             self.start()
         return 0
 
+    def terminate(self) -> None:
+        """Ask it to stop (SIGTERM, once: a second one forces its exit), without waiting."""
+        process = self.process
+        if process is not None and process.poll() is None and process.pid not in self._signalled:
+            self._signalled.add(process.pid)
+            process.send_signal(signal.SIGTERM)
+
     def stop(self, timeout: float) -> None:
         """SIGTERM, then SIGKILL after ``timeout`` seconds."""
         process = self.process
         if process is None or process.poll() is not None:
             return
-        process.send_signal(signal.SIGTERM)
+        self.terminate()
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:

@@ -45,6 +45,7 @@ from infra.postgres import (
 from infra.settings import Settings
 from projections.bulk import RowsRefusedError, fold_in_processes, share_of, write_rows
 from projections.eventlog import (
+    Palimpsest,
     decisions,
     events_table,
     load_skips,
@@ -57,7 +58,6 @@ from projections.fold import Progress, fold
 from projections.projector import TRANSIENT, Delivered, ProjectionError, Projector
 from projections.schema import arm_words, create_functions, create_read_schema, index_statements
 from projections.status import parked
-from services.memory import Palimpsest
 
 #: Re-exported: the log's readers and the shares, as callers and tests have used them from here.
 __all__ = ["RebuildReport", "catch_up", "decisions", "events_table", "make_projector",

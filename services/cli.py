@@ -9,10 +9,19 @@ import warnings
 import typer
 
 from domain.errors import PalimpsestError
-from infra.settings import Settings
-from services import cli_failures, cli_queries
+from services import (
+    cli_cards,
+    cli_failures,
+    cli_keys,
+    cli_mcp,
+    cli_queries,
+    cli_remote,
+    cli_serve,
+    cli_writes,
+)
 
 cli = typer.Typer(
+    cls=cli_remote.JsonErrorsGroup,  # with --json, usage errors are one JSON object too
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     help="Palimpsest: bi-temporal, event-sourced long-term memory for AI assistants.",
 )
@@ -22,6 +31,7 @@ cli = typer.Typer(
 def init_db() -> None:
     """Create the event store's schema, table, runtime role and append-only guards (idempotent)."""
     from infra.postgres import admin_database, bootstrap
+    from infra.settings import Settings
 
     settings = Settings()
     admin = admin_database(settings)
@@ -31,27 +41,19 @@ def init_db() -> None:
 
 
 @cli.command()
-def demo() -> None:
-    """Write two months of scripted history through the real commands and print every slot."""
-    from services.demo import SimulatedClock, print_read_models, print_report, run_demo
-    from services.factory import create_app
+def demo(
+    url: str = typer.Option(None, help="Write to the server at this URL (its key: --key or "
+                            "PALIMPSEST_KEY); default: run `palimpsest serve` in this process."),
+    key: str = typer.Option(None, envvar="PALIMPSEST_KEY", show_default=False,
+                            help="The API key for --url."),
+) -> None:
+    """Write two months of scripted history through the REST client, then print every slot on both
+    timelines and ask the read models (fed through the relay, Kafka and Faust) bi-temporal questions."""
+    from infra.settings import Settings
+    from services.demo import play
 
-    settings = Settings()
-    where = "in memory" if settings.persistence == "memory" else (
-        "on PostgreSQL" if settings.database_url else f"on the embedded PostgreSQL in {settings.data_dir}/"
-    )
-    typer.echo(f"Starting the event store {where} …")
     started = time.perf_counter()
-    clock = SimulatedClock()
-    app = create_app(settings, clock=clock)
-    try:
-        script = run_demo(app, clock, typer.echo)
-        print_report(script, typer.echo)
-        if settings.persistence == "postgres":
-            typer.echo("")
-            print_read_models(script, settings, typer.echo)
-    finally:
-        app.close()
+    play(Settings(), typer.echo, url=url, key=key)
     typer.echo(f"done in {time.perf_counter() - started:.1f} s")
 
 
@@ -60,6 +62,7 @@ def relay() -> None:
     """Publish the event log to Kafka, in order, from the relay's stored position (runs until stopped;
     keeps the data folder's embedded broker up unless PALIMPSEST_KAFKA_BOOTSTRAP is set)."""
     from infra.relay import run_relay
+    from infra.settings import Settings
 
     run_relay(Settings())
 
@@ -70,6 +73,7 @@ def project() -> None:
 
     A poison event parks its aggregate (``palimpsest failures``); exits with code 3 only when the
     projector itself cannot go on (its bookkeeping refused, the database gone at the start)."""
+    from infra.settings import Settings
     from projections.worker import run_projector
 
     raise SystemExit(run_projector(Settings()))
@@ -80,6 +84,7 @@ def pipeline() -> None:
     """Broker (embedded unless PALIMPSEST_KAFKA_BOOTSTRAP is set), relay and projector, supervised by
     one process: every write reaches the read models (runs until stopped; a broker or projector that
     dies is started again; Ctrl-C stops it all within 5 s)."""
+    from infra.settings import Settings
     from projections.worker import run_pipeline
 
     raise SystemExit(run_pipeline(Settings()))
@@ -99,6 +104,7 @@ def rebuild(
 
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from infra.settings import Settings
     from projections.replay import rebuild as run_rebuild
     from services.factory import create_app
 
@@ -136,14 +142,22 @@ def rebuild(
 def status(
     as_json: bool = typer.Option(False, "--json", help="One JSON object."),
     prometheus: bool = typer.Option(False, help="Prometheus text exposition format."),
+    url: str = typer.Option(None, "--url", envvar="PALIMPSEST_URL", help="Ask this server (with "
+                            "PALIMPSEST_KEY) instead of reading the data folder."),
+    key: str = cli_remote.Key,
 ) -> None:
     """The log head, the relay's and each projection's position and lag, failures, and whether the
-    broker, the relay and the projector are alive (their heartbeats)."""
+    broker, the relay and the projector are alive (their heartbeats), read from the data folder.
+    With --url or PALIMPSEST_URL: what that server says of the key's tenant and the pipeline."""
+    if url:
+        cli_remote.server_status(url, key, as_json, prometheus)
+        return
     import json
 
     import psycopg
 
     from infra.postgres import admin_database, projector_database
+    from infra.settings import Settings
     from projections.status import NotInitialisedError, check_initialised, not_initialised, read_status
 
     settings = Settings()
@@ -177,7 +191,12 @@ def status(
 
 
 cli_queries.register(cli)
+cli_writes.register(cli)
 cli_failures.register(cli)
+cli_keys.register(cli)
+cli_cards.register(cli)
+cli_mcp.register(cli)
+cli_serve.register(cli)
 
 bench = typer.Typer(no_args_is_help=True, help="Benchmarks (from a Palimpsest checkout with the dev extra).")
 cli.add_typer(bench, name="bench")

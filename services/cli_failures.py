@@ -16,8 +16,6 @@ from typing import Any
 
 import typer
 
-from infra.settings import Settings
-
 failures = typer.Typer(help="Parked events: list them, retry them after a fix, skip one.")
 AsJson = typer.Option(False, "--json", help="One JSON object on stdout.")
 
@@ -25,9 +23,9 @@ AsJson = typer.Option(False, "--json", help="One JSON object on stdout.")
 @contextmanager
 def _projector() -> Iterator[tuple[Any, Any]]:
     """The command side (its log) and the incremental projector, as ``palimpsest project`` has."""
+    from infra.settings import Settings
     from projections.replay import make_projector
     from services.factory import create_app
-
     settings = Settings()
     app = create_app(settings)
     projector = make_projector(settings, app)
@@ -46,8 +44,8 @@ def listing(ctx: typer.Context,
     if ctx.invoked_subcommand is not None:
         return
     from infra.postgres import admin_database, projector_database
+    from infra.settings import Settings
     from projections.status import parked
-
     settings = Settings()
     report = parked(projector_database(admin_database(settings), settings), settings,
                     resolved=everything)

@@ -18,7 +18,7 @@ from domain.rules.validation import check_text
 from infra.settings import Settings
 from projections import predicates
 from services.application import Clock
-from services.readmodels import ReadModels
+from services.readmodels import KNOWN_BOUNDS, ReadModels
 from services.retrieval.postprocess import PendingWrite
 from services.retrieval.query import RetrievalQuery
 from services.retrieval.results import RetrievalResult
@@ -157,7 +157,7 @@ class Queries:
             ids = [c["card_id"] for c in cards]
             versions = conn.execute(sql.SQL(
                 "SELECT card_id, version, content AS value, title, status, lower(valid) AS valid_from,"
-                " upper(valid) AS valid_to, lower(known) AS known_from, upper(known) AS known_to, "
+                " upper(valid) AS valid_to, " + KNOWN_BOUNDS + ", "
                 "retracted, verified_at FROM {s}.card_versions WHERE card_id = ANY(%s::uuid[]) "
                 "ORDER BY card_id, version").format(s=self.s), (ids,)).fetchall()
             edges = conn.execute(sql.SQL(

@@ -67,6 +67,15 @@ _CARD = """c.card_id, c.aggregate_id, c.kind, c.memory_type, c.scope, c.subject,
     {verified} AS verified_at, c.due_at, c.owner"""
 
 
+#: A version's known-time bounds, as ``known_from`` and ``known_to``. A version replaced at the
+#: instant it was recorded has an empty range (no bounds): it was known from and to the moment
+#: the next version of its card was.
+_REPLACED = ("min(lower(known)) OVER (PARTITION BY card_id ORDER BY version "
+             "ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING)")
+KNOWN_BOUNDS = (f"CASE WHEN isempty(known) THEN {_REPLACED} ELSE lower(known) END AS known_from, "
+                f"CASE WHEN isempty(known) THEN {_REPLACED} ELSE upper(known) END AS known_to")
+
+
 class ReadModels:
     def __init__(self, db: Database, schema: str, pool_size: int = 4) -> None:
         self.schema = sql.Identifier(schema)
@@ -123,10 +132,12 @@ class ReadModels:
         return [CardRecord(**row) for row in rows]
 
     def history(self, tenant_id: str, card_id: UUID) -> list[dict[str, Any]]:
-        """Every version of a card, with both timelines."""
+        """Every version of a card, with both timelines. A version replaced at the instant it
+        was recorded (two events of one card at one moment) was known for no time: its range is
+        empty, and it reads as known from and to the moment the next version was."""
         query = sql.SQL(
             "SELECT version, content, title, status, lower(valid) AS valid_from, "
-            "upper(valid) AS valid_to, lower(known) AS known_from, upper(known) AS known_to, "
+            "upper(valid) AS valid_to, " + KNOWN_BOUNDS + ", "
             "retracted FROM {s}.card_versions WHERE card_id = %s ORDER BY version").format(
             s=self.schema)
         with self.tenant(tenant_id) as conn:

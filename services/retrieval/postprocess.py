@@ -96,16 +96,19 @@ def overlay(candidates: Mapping[UUID, Candidate], scores: Mapping[UUID, float],
             pending: Sequence[PendingWrite]) -> tuple[dict[UUID, Candidate], dict[UUID, float],
                                                       dict[UUID, str]]:
     """Read-your-own-writes: a single-value state not yet projected marks the cards of its slot as
-    superseded and takes the best score among them; other pending writes change nothing here
-    (no route found them). Returns the new candidates, scores, and a note per card touched."""
+    superseded and takes the best score among them; another pending write joins the candidates
+    when the caller scored it (``scores``: the question named its slot or shares its words, see
+    :func:`services.retrieval.retriever.fresh_scores`). Returns the new candidates, scores, and a
+    note per card touched."""
     cards, fused, notes = dict(candidates), dict(scores), {}
     for write in sorted(pending, key=lambda w: w.position):
         new = write.candidate
-        if not new.is_single_state:
-            continue
         slot = [c for c in cards.values() if c.card_id != new.card_id and _same_slot(c, new)
-                and not c.superseded]
+                and not c.superseded] if new.is_single_state else []
         if not slot:
+            if new.card_id in fused:
+                cards.setdefault(new.card_id, new)
+                notes[new.card_id] = f"written at position {write.position}, not projected yet"
             continue
         for old in slot:
             cards[old.card_id] = replace(old, superseded=True, valid_to=new.valid_from)
@@ -131,6 +134,9 @@ def process(rankings: Rankings, candidates: Mapping[UUID, Candidate], *,
     ``fused``: the RRF scores of ``rankings``, when the caller has them already. ``leads``: the
     slots the question names, whose valid cards come first."""
     every = rrf(rankings, tuning.rrf_k, tuning.weights) if fused is None else fused
+    # the caller's unprojected writes that it scored (fresh_scores) stand with the loaded cards
+    candidates = {**{w.candidate.card_id: w.candidate for w in pending
+                     if w.candidate.card_id in every and not as_of}, **candidates}
     fused = {card_id: every[card_id] for card_id in candidates if card_id in every}
     ranks = route_ranks(rankings) if explain else {}
     trace: dict[UUID, dict[str, Any]] = {
@@ -211,15 +217,29 @@ def _lead_then_best(kept: Mapping[UUID, float], cards: Mapping[UUID, Candidate],
 
 
 def pending_state(command: Any, result: Any, recorded_at: datetime) -> PendingWrite | None:
-    """The overlay entry for a state written by ``remember`` (a ``Remember`` command and its
-    ``WriteResult``); None for other kinds, outcomes that created no card, or no position."""
-    if command.kind != "state" or command.label is None or result.card_id is None \
-            or result.position is None or result.outcome not in ("remembered", "superseded", "overwritten"):
+    """The overlay entry for a card written by ``remember`` (a ``Remember`` command and its
+    ``WriteResult``): a state of a slot, an event or a knowledge card; None for outcomes that
+    created no card, or no position."""
+    if result.card_id is None or result.position is None \
+            or result.outcome not in ("remembered", "superseded", "overwritten", "recorded",
+                                      "learned"):
         return None
-    cardinality = decide_cardinality(command.label, command.cardinality).cardinality.value
+    if command.kind == "state":
+        if command.label is None:
+            return None
+        cardinality = decide_cardinality(command.label, command.cardinality).cardinality.value
+        return PendingWrite(result.position, Candidate(
+            card_id=result.card_id, kind="state", cardinality=cardinality, scope=command.scope,
+            project_id=command.project_id, subject=command.subject, label=command.label,
+            value=command.content, valid_from=command.valid_from or recorded_at, valid_to=None,
+            occurred_at=None, recorded_at=recorded_at, verified_at=None, superseded=False,
+            group_id=command.group_id))
+    if command.kind not in ("event", "knowledge"):
+        return None
+    occurred = (command.occurred_at or recorded_at) if command.kind == "event" else None
     return PendingWrite(result.position, Candidate(
-        card_id=result.card_id, kind="state", cardinality=cardinality, scope=command.scope,
-        project_id=command.project_id, subject=command.subject, label=command.label,
-        value=command.content, valid_from=command.valid_from or recorded_at, valid_to=None,
-        occurred_at=None, recorded_at=recorded_at, verified_at=None, superseded=False,
-        group_id=command.group_id))
+        card_id=result.card_id, kind=command.kind, cardinality=None, scope=command.scope,
+        project_id=command.project_id, subject=command.subject, label=None,
+        value=command.content, valid_from=occurred or recorded_at, valid_to=None,
+        occurred_at=occurred, recorded_at=recorded_at, verified_at=None, superseded=False,
+        group_id=command.group_id, memory_type=command.memory_type))

@@ -23,13 +23,13 @@ from domain.rules.commitments import reads_as
 from infra.embedders import Embedder, model_loaded
 from infra.settings import RetrievalSettings
 from projections.text import loaded as text_loaded
-from projections.text import warm_up
+from projections.text import query_terms, warm_up
 from services.readmodels import ReadModels
 from services.retrieval.breaker import Breakers
 from services.retrieval.candidates import alert_partners, load_arbitrations, load_candidates
 from services.retrieval.fuzzy import FuzzyRoute
 from services.retrieval.graph import GraphRoute
-from services.retrieval.postprocess import Outcome, PendingWrite, Tuning, process
+from services.retrieval.postprocess import Outcome, PendingWrite, Tuning, process, slot_key
 from services.retrieval.query import GENERIC_PLANS, Hits, RetrievalQuery, Route, RouteContext
 from services.retrieval.results import (
     Alerts,
@@ -132,6 +132,8 @@ class Retriever:
         with self.read.tenant(tenant_id, GENERIC_PLANS) as conn:
             projected = self.read.position(conn, tenant_id) if pending else None
             unprojected = [w for w in pending if projected is None or w.position > projected]
+            if not query.as_of:
+                fused |= fresh_scores(unprojected, query, leads, fused)
 
             def rank(candidates: dict[UUID, Candidate]) -> Outcome:
                 return process(rankings, candidates, now=query.reference_time, as_of=query.as_of,
@@ -332,3 +334,22 @@ def _pending_record(write: PendingWrite) -> dict[str, Any]:
             "occurred_at": c.occurred_at, "recorded_at": c.recorded_at, "verified_at": c.verified_at,
             "superseded": c.superseded, "source": "pending", "agent_id": None,
             "inference_confidence": None, "due_at": None, "owner": None}
+
+
+def fresh_scores(unprojected: Sequence[PendingWrite], query: RetrievalQuery,
+                 leads: Sequence[Any], fused: dict[UUID, float]) -> dict[UUID, float]:
+    """The caller's writes the read models do not hold yet, that no route could find, scored as
+    the best card found: those in a slot the question names, or sharing one of its terms (in the
+    subject, label or value). What they supersede, if anything, the overlay marks."""
+    terms = set(query_terms(query.text))
+    named = set(leads)
+    best = max(fused.values(), default=1.0)
+    scores = {}
+    for write in unprojected:
+        card = write.candidate
+        if card.card_id in fused:
+            continue
+        words = query_terms(" ".join(filter(None, (card.subject, card.label, card.value))))
+        if (card.is_single_state and slot_key(card) in named) or terms.intersection(words):
+            scores[card.card_id] = best
+    return scores

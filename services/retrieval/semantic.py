@@ -5,7 +5,9 @@ there is one, an exact scan otherwise), then the scope and time filter keeps the
 ``semantic_top_k`` of them at least the model's floor alike (``semantic_floor``: measured per model
 on ``palimpsest bench aging``). A hit's strength is its similarity over the model's
 ``semantic_full`` (a similarity that means "about the same thing"), at most 1. Only vectors of the
-configured embedding model are compared.
+configured embedding model are compared. The question's vector goes as pgvector's text literal
+with a cast: a query's cost is the same either way (decision 0009), and the route then runs on any
+connection it is handed, with no adapter to register on the query side's pool.
 """
 
 from __future__ import annotations

@@ -26,6 +26,13 @@ from infra.settings import Settings
 from tests.machine import SystemMachine, start_env
 
 
+def described(error: BaseException) -> str:
+    """An error and, for Hypothesis's groups (a flaky failure wraps what it met), what is inside."""
+    inner = [described(e) for e in getattr(error, "exceptions", ())]
+    head = f"{type(error).__name__}: {(str(error).splitlines() or [''])[0][:160]}"
+    return head + (f" [{'; '.join(inner)}]" if inner else "")
+
+
 def run_batch(batch: settings) -> None:
     run_state_machine_as_test(SystemMachine, settings=batch)
 
@@ -62,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     run_batch(batch)
             except Exception as error:  # of the harness, not a divergence: said, and counted
-                errors.append(f"{type(error).__name__}: {str(error).splitlines()[0][:200]}")
+                errors.append(described(error))
             examples += 10
             elapsed = time.monotonic() - started
             print(f"  {env.steps:>6} steps  {examples:>4} examples  {len(env.divergences)} "

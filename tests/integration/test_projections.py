@@ -46,10 +46,9 @@ from projections.replay import (
 from projections.schema import in_share
 from projections.sinks import array_literal, range_literal
 from services.commands import Arbitrate, Remember, Verify
-from services.demo import SimulatedClock, run_demo
-from services.factory import create_app
 from services.memory import Palimpsest
 from services.readmodels import ReadModels
+from tests.integration.demo_support import demo_history
 from tests.support import new_tenant, state
 
 pytestmark = pytest.mark.integration
@@ -286,10 +285,8 @@ class TestRebuild:
     @pytest.mark.parametrize(("batch", "workers"), [(500, 2), (7, 1), (1, 3)])
     def test_rebuild_equals_the_incremental_read_models(self, pg_settings, admin_db, projector,
                                                         reads, batch, workers) -> None:
-        clock = SimulatedClock()
-        demo_app = create_app(pg_settings, clock=clock)
-        try:
-            script = run_demo(demo_app, clock, lambda line: None)
+        with demo_history(pg_settings) as (script, services, clock):
+            demo_app = services.app
             case_id = script.cases[0]
             demo_app.arbitrate(script.tenant_id, Arbitrate(case_id=case_id, decision="accept_new",
                                                            decided_by="u"))
@@ -299,8 +296,6 @@ class TestRebuild:
             report = rebuild(pg_settings, demo_app, into="palimpsest_read_check", workers=workers,
                              progress=lambda done, total: reached.append(done))
             logged = sum(1 for _ in read_log(demo_app, 1, head or 0))
-        finally:
-            demo_app.close()
         assert report.head == head and report.events == logged and not report.swapped, "the whole log"
         assert reached == sorted(reached) and reached[-1] == head, "progress grows to the head"
         for table in COMPARED:
@@ -415,14 +410,10 @@ class TestRebuild:
                 assert same, value
 
     def test_rebuild_as_known_at_a_past_moment(self, pg_settings, admin_db) -> None:
-        clock = SimulatedClock()
-        demo_app = create_app(pg_settings, clock=clock)
-        try:
-            script = run_demo(demo_app, clock, lambda line: None)
+        with demo_history(pg_settings) as (script, services, clock):
+            demo_app = services.app
             moment = clock.now - timedelta(days=40)   # day 20 of the script: Kyoto, not Kaohsiung
             report = rebuild(pg_settings, demo_app, known_at=moment)
-        finally:
-            demo_app.close()
         past = ReadModels(admin_db.as_role(pg_settings.runtime_role, None), report.schema)
         try:
             addresses = [c.content for c in past.current(script.tenant_id) if c.label == "address"]

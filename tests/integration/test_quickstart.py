@@ -1,4 +1,6 @@
-"""The README's quick start, run as a user runs it: ``palimpsest demo`` on the embedded default."""
+"""``palimpsest demo`` as a user runs it on the embedded default: its history written through the REST
+client to a server in its own process, projected through the relay, Kafka and Faust; and the
+README's Python examples."""
 
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ def test_demo_prints_every_slot_with_both_timelines(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr
     out = done.stdout
-    assert "on the embedded PostgreSQL" in out
+    assert "Starting palimpsest serve in this process (the embedded PostgreSQL in" in out
+    assert "projected through the relay, Kafka and the Faust projector, every card embedded" in out
     assert "current: 'Kaohsiung'" in out
     assert "Overwritten  'Senior engineer' (same_turn)" in out
     assert "queued (high frequency: 3 changes in the trailing 30 days, this one included)" in out

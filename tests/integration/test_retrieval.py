@@ -411,24 +411,32 @@ def test_an_expired_commitment_leaves_the_briefing(world) -> None:
     assert queries.briefing(tenant).counts["overdue"] == 0
 
 
-def test_the_command_line_speaks_json(world, pg_settings) -> None:
-    _, _, _, tenant, _, _ = world
-    env = {**os.environ, "PALIMPSEST_DATA_DIR": str(pg_settings.data_dir), "PALIMPSEST_TENANT": tenant,
-           "PALIMPSEST_AUTO_BOOTSTRAP": "false", "PALIMPSEST_TIME_ZONE": "Asia/Taipei",
-           "PALIMPSEST_RETRIEVAL__ROUTE_TIMEOUT_MS": "10000"}
+def test_the_command_line_speaks_json(world) -> None:
+    """``palimpsest search`` and ``context`` as clients of a server on this tenant's read models."""
+    from services.bootstrap import build_services
+    from tests.integration.rest_server import ServedApi
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "services.cli", *args], env=env,
-                              capture_output=True, text=True, timeout=120)
+    _, queries, clock, tenant, _, _ = world
+    services = build_services(queries.settings, clock=clock)
+    try:
+        with ServedApi(services) as served:
+            key = services.keys.create(tenant, ("memory:read",), "retrieval test")[1]
+            env = {**os.environ, "PALIMPSEST_URL": served.url, "PALIMPSEST_KEY": key}
 
-    done = run("search", "json web token", "--json")
-    assert done.returncode == 0, done.stderr
-    answer = json.loads(done.stdout)
-    assert answer["results"] and answer["results"][0]["value"].startswith("Short-lived JSON"), answer
-    assert {"kind", "scope", "valid_from", "recorded_at", "superseded"} <= set(answer["results"][0])
-    assert set(answer) >= {"alerts", "diagnostics"}
-    bad = run("search", "x", "--valid-at", "yesterday-ish", "--json")
-    assert bad.returncode == 2 and "ISO 8601" in json.loads(bad.stdout)["error"]
-    context = run("context", "JWT")
-    assert context.returncode == 0 and "<current_time>" in context.stdout
-    assert "JWT auth: Short-lived JSON web tokens" in context.stdout
+            def run(*args: str) -> subprocess.CompletedProcess[str]:
+                return subprocess.run([sys.executable, "-m", "services.cli", *args], env=env,
+                                      capture_output=True, text=True, timeout=120)
+
+            done = run("search", "json web token", "--json")
+            assert done.returncode == 0, done.stderr
+            answer = json.loads(done.stdout)
+            assert answer["results"] and answer["results"][0]["value"].startswith("Short-lived JSON"), answer
+            assert {"kind", "scope", "valid_from", "recorded_at", "superseded"} <= set(answer["results"][0])
+            assert set(answer) >= {"alerts", "diagnostics"}
+            bad = run("search", "x", "--valid-at", "yesterday-ish", "--json")
+            assert bad.returncode == 2 and "ISO 8601" in json.loads(bad.stdout)["error"]["message"]
+            context = run("context", "JWT")
+            assert context.returncode == 0 and "<current_time>" in context.stdout
+            assert "JWT auth: Short-lived JSON web tokens" in context.stdout
+    finally:
+        services.close()

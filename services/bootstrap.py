@@ -1,0 +1,72 @@
+"""The composition root: everything a serving process needs, built from ``Settings`` in one place.
+
+The edges (REST, MCP, the CLI's local commands, ``serve``) call :func:`build_services` and hand
+the result to their use cases; nothing else wires the command side, the query side and the keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from infra.postgres import Database
+from infra.settings import Settings
+from services.application import Clock, utc_now
+from services.entrypoints.operations import PendingWrites
+from services.factory import create_app, create_queries
+from services.keys import KeyStore, MemoryKeyStore, PostgresKeyStore
+from services.memory import Palimpsest
+from services.queries import Queries
+
+
+@dataclass
+class Services:
+    settings: Settings
+    #: The command side.
+    app: Palimpsest
+    #: Search, facts, history, briefing and the context, on the read models.
+    queries: Queries
+    keys: KeyStore
+    #: Per tenant, the writes this process accepted that the read models may not hold yet: the
+    #: read-your-writes overlay of search.
+    pending: PendingWrites = field(default_factory=PendingWrites)
+    #: The projector role's database, for status and metrics (it reads every tenant's
+    #: bookkeeping).
+    monitor: Database | None = None
+
+    def close(self) -> None:
+        self.queries.close()
+        self.app.close()
+        self.keys.close()
+
+
+def build_services(settings: Settings | None = None, *, clock: Clock = utc_now) -> Services:
+    """The command side, the query side and the key store on the configured backends; PostgreSQL
+    is bootstrapped once first (when ``auto_bootstrap``). The read models are always PostgreSQL's."""
+    settings = settings or Settings()
+    app = create_app(settings, clock)
+    bootstrapped = settings.model_copy(update={"auto_bootstrap": False}) \
+        if settings.persistence == "postgres" else settings
+    queries = create_queries(bootstrapped, clock)
+    return Services(settings=settings, app=app, queries=queries,
+                    keys=create_key_store(bootstrapped, clock=clock), monitor=monitor(settings))
+
+
+def monitor(settings: Settings) -> Database:
+    """The projector role's database: it reads every tenant's bookkeeping (status, metrics)."""
+    from infra.postgres import admin_database, projector_database
+
+    return projector_database(admin_database(settings), settings)
+
+
+def create_key_store(settings: Settings, *, clock: Clock = utc_now) -> KeyStore:
+    """The keys in PostgreSQL as the runtime role, or in the process for ``persistence=memory``."""
+    pepper = settings.key_pepper.get_secret_value() if settings.key_pepper else None
+    if settings.persistence == "memory":
+        return MemoryKeyStore(pepper, clock)
+    from infra.postgres import admin_database, bootstrap, runtime_database
+
+    admin = admin_database(settings)
+    if settings.auto_bootstrap:
+        bootstrap(admin, settings)
+    return PostgresKeyStore(runtime_database(admin, settings), settings.event_schema, pepper, clock,
+                            pool_size=settings.pool_size)

@@ -1,0 +1,47 @@
+"""``palimpsest serve``: the main job (:mod:`services.entrypoints.serve`)."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(cli: typer.Typer) -> None:
+    cli.command()(serve)
+
+
+def serve(
+    host: str = typer.Option(None, help="Address to listen on (default PALIMPSEST_API_HOST, 127.0.0.1)."),
+    port: int = typer.Option(None, min=0, max=65_535,
+                             help="Port (default PALIMPSEST_API_PORT, 8765; 0: a free one)."),
+    no_mcp: bool = typer.Option(False, "--no-mcp", help="REST only: no MCP endpoint at /mcp."),
+    key: bool = typer.Option(None, "--key/--no-key",
+                             help="Make a key for the tenant 'local' on the first start (default: on "
+                                  "the embedded PostgreSQL only)."),
+) -> None:
+    """Run Palimpsest: PostgreSQL and the broker (embedded unless PALIMPSEST_DATABASE_URL and
+    PALIMPSEST_KAFKA_BOOTSTRAP are set), the relay, the Faust projector and the HTTP server (REST
+    under /v1, MCP at /mcp), supervised; Ctrl-C or SIGTERM stops them all within seconds."""
+    from infra.settings import Settings
+    from services.entrypoints.serve import run_serve
+    settings = Settings()
+    if settings.persistence != "postgres":
+        raise typer.BadParameter("serve needs PostgreSQL: unset PALIMPSEST_PERSISTENCE=memory")
+    try:
+        code = run_serve(settings, host=host, port=port, mcp=not no_mcp, local_key=key, say=typer.echo)
+    except OSError as error:  # the port is taken, most often
+        typer.echo(f"error: cannot serve: {error}", err=True)
+        raise SystemExit(2) from None
+    exit_now(code)
+
+
+def exit_now(code: int) -> None:
+    """Exit once everything is stopped, without tearing the heap down: the tokenizer's dictionaries
+    and the embedding model take seconds to free, which a stop must not wait for."""
+    import logging
+    import os
+    import sys
+
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

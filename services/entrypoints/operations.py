@@ -1,0 +1,399 @@
+"""The use cases every edge offers, in one table: REST and MCP call the same operation with the
+same input model, so they give the same answer for the same call.
+
+Each :class:`Operation` names the scope it needs and how it behaves (read-only, destructive,
+idempotent: MCP's tool annotations). :meth:`Operation.run` checks the key's scope, validates the
+input, refuses a tenant named in it that is not the key's, and calls the use case with the
+key's tenant. Writes answer their ``position``; a state a write created is kept in
+:class:`PendingWrites` until the read models include it, so a search by the same tenant at once
+shows it (DESIGN §3, the read-your-writes overlay).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from uuid import UUID
+
+from psycopg import sql
+from pydantic import BaseModel
+
+from domain.errors import (
+    CardNotFoundError,
+    ContentTooLargeError,
+    InvalidKindError,
+    PermissionDeniedError,
+    TooManyTagsError,
+)
+from domain.rules.commitments import reads_as
+from domain.values import MemoryType
+from services import slicing
+from services.commands import (
+    Arbitrate,
+    CorrectEvent,
+    Link,
+    Move,
+    Remember,
+    Revise,
+    Verify,
+    WriteResult,
+)
+from services.context import render
+from services.entrypoints import schemas as s
+from services.keys import Principal, require
+from services.readmodels import Freshness
+from services.retrieval.candidates import load_candidates
+from services.retrieval.postprocess import PendingWrite, pending_state
+from services.retrieval.query import RetrievalQuery
+from services.slicing import CardCounts, CardPage, CardSlice
+
+if TYPE_CHECKING:
+    from services.bootstrap import Services
+
+I = TypeVar("I", bound=BaseModel)  # noqa: E741 - the input model
+O = TypeVar("O", bound=BaseModel)  # noqa: E741 - the output model
+
+
+@dataclass(frozen=True)
+class Operation(Generic[I, O]):
+    name: str
+    summary: str
+    input: type[I]
+    output: type[O]
+    scope: str
+    handler: Callable[[Services, Principal, I], O]
+    read_only: bool = False
+    destructive: bool = False
+    idempotent: bool = False
+
+    def parse(self, services: Services, payload: I | Mapping[str, Any]) -> I:
+        """The input, validated and within the size limits: no database work."""
+        data = payload if isinstance(payload, self.input) else self.input.model_validate(payload)
+        check_limits(services, data)
+        return data
+
+    def run(self, services: Services, principal: Principal, payload: I | Mapping[str, Any]) -> O:
+        require(principal, self.scope)
+        data = self.parse(services, payload)
+        named = getattr(data, "tenant_id", None)
+        if named is not None and named != principal.tenant_id:
+            raise PermissionDeniedError("the tenant comes from the key: this key is not "
+                                        f"{named!r}'s")
+        return self.handler(services, principal, data)
+
+
+class PendingWrites:
+    """Per tenant, the states this process wrote that the read models may not hold yet (for the
+    overlay), and the slot of each card it wrote lately (so a revise of a card not projected yet
+    finds it). Bounded: the oldest go first."""
+
+    def __init__(self, most: int = 1_000) -> None:
+        self._most = most
+        self._writes: dict[str, list[PendingWrite]] = {}
+        self._slots: OrderedDict[tuple[str, UUID], UUID] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, tenant_id: str, result: WriteResult, write: PendingWrite | None) -> None:
+        with self._lock:
+            if result.card_id is not None and result.aggregate_id is not None:
+                self._slots[(tenant_id, result.card_id)] = result.aggregate_id
+                while len(self._slots) > self._most:
+                    self._slots.popitem(last=False)
+            if write is not None:
+                writes = self._writes.setdefault(tenant_id, [])
+                writes.append(write)
+                del writes[:-self._most]
+
+    def of(self, tenant_id: str) -> list[PendingWrite]:
+        with self._lock:
+            return list(self._writes.get(tenant_id, ()))
+
+    def projected(self, tenant_id: str, position: int | None) -> None:
+        """The read models include ``position``: forget the writes they now hold."""
+        if position is None:
+            return
+        with self._lock:
+            kept = [w for w in self._writes.get(tenant_id, ()) if w.position > position]
+            if kept:
+                self._writes[tenant_id] = kept
+            else:
+                self._writes.pop(tenant_id, None)
+
+    def slot_of(self, tenant_id: str, card_id: UUID) -> UUID | None:
+        with self._lock:
+            return self._slots.get((tenant_id, card_id))
+
+
+# --- writes ---------------------------------------------------------------------------------
+
+
+def check_limits(services: Services, data: BaseModel) -> None:
+    """The size limits of a write's text and tags (``PALIMPSEST_MAX_CONTENT_CHARS``,
+    ``_MAX_TAGS``), checked before any work."""
+    settings = services.settings
+    for name in ("content", "description"):
+        text = getattr(data, name, None)
+        if isinstance(text, str) and len(text) > settings.max_content_chars:
+            raise ContentTooLargeError(f"{name} holds {len(text)} characters; at most "
+                                       f"{settings.max_content_chars}")
+    tags = getattr(data, "tags", None) or ()
+    if len(tags) > settings.max_tags:
+        raise TooManyTagsError(f"{len(tags)} tags; at most {settings.max_tags}")
+
+
+def _command(data: BaseModel, cls: type[Any], **extra: Any) -> Any:
+    fields = data.model_dump(exclude={"tenant_id", "aggregate_id", *extra})
+    return cls(**fields, **extra)
+
+
+def remember(services: Services, who: Principal, data: s.RememberInput) -> WriteResult:
+    command: Remember = _command(data, Remember)
+    result = services.app.remember(who.tenant_id, command)
+    services.pending.add(who.tenant_id, result,
+                         pending_state(command, result, services.app.clock()))
+    return result
+
+
+def _slot(services: Services, who: Principal, card_id: UUID, given: UUID | None) -> UUID:
+    """The aggregate a card lives in: as given, as this process wrote it, or as projected."""
+    found = given or services.pending.slot_of(who.tenant_id, card_id)
+    if found is None:
+        found = _card(services, who, card_id).aggregate_id
+    return found
+
+
+def revise(services: Services, who: Principal, data: s.ReviseInput) -> WriteResult:
+    projected = _cards(services, who, [data.card_id]).get(data.card_id)
+    slot = data.aggregate_id or services.pending.slot_of(who.tenant_id, data.card_id) or (
+        projected.aggregate_id if projected else None)
+    if slot is None:
+        raise CardNotFoundError(f"no card {data.card_id}")
+    result = services.app.revise(who.tenant_id, slot, _command(data, Revise))
+    written = None if projected is None else pending_state(
+        _revision(projected, data), result, services.app.clock())
+    services.pending.add(who.tenant_id, result, written)
+    return result
+
+
+def _revision(card: s.MemoryCard, data: s.ReviseInput) -> Remember:
+    """A revision as the state it writes into the card's slot (for the overlay)."""
+    return Remember(kind=card.kind, memory_type=card.memory_type, subject=card.subject,
+                    label=card.label, cardinality=card.cardinality, scope=card.scope,
+                    project_id=card.project_id, group_id=card.group_id, content=data.content,
+                    valid_from=data.valid_from)
+
+
+def correct(services: Services, who: Principal, data: s.CorrectInput) -> WriteResult:
+    return services.app.correct(who.tenant_id, _command(data, CorrectEvent))
+
+
+def verify(services: Services, who: Principal, data: s.VerifyInput) -> WriteResult:
+    slot = _slot(services, who, data.card_id, data.aggregate_id)
+    return services.app.verify(who.tenant_id, slot, _command(data, Verify))
+
+
+def link(services: Services, who: Principal, data: s.LinkInput) -> WriteResult:
+    return services.app.link(who.tenant_id, _command(data, Link))
+
+
+def move(services: Services, who: Principal, data: s.MoveInput) -> WriteResult:
+    return services.app.move(who.tenant_id, _command(data, Move))
+
+
+def arbitrate(services: Services, who: Principal, data: s.ArbitrateInput) -> WriteResult:
+    return services.app.arbitrate(who.tenant_id, _command(data, Arbitrate))
+
+
+# --- reads ----------------------------------------------------------------------------------
+
+
+_MEMORY_TYPES = frozenset(t.value for t in MemoryType)
+
+
+def _fresh(services: Services, who: Principal, data: s.Read) -> Freshness | None:
+    if data.min_position is None:
+        return None
+    return services.queries.read.wait_for(who.tenant_id, data.min_position,
+                                          timeout=services.settings.api_max_wait_seconds)
+
+
+def _cards(services: Services, who: Principal, ids: list[UUID]) -> dict[UUID, s.MemoryCard]:
+    queries = services.queries
+    now = queries.now()
+    probe = RetrievalQuery(text="cards by id", now=now)
+    with queries.read.tenant(who.tenant_id) as conn:
+        _, records = load_candidates(conn, queries.retriever.ctx, probe, ids)
+    return {card_id: s.MemoryCard(**{**row, "status": reads_as(
+        row["memory_type"], row["status"], row["due_at"], now)}) for card_id, row in records.items()}
+
+
+def _card(services: Services, who: Principal, card_id: UUID) -> s.MemoryCard:
+    found = _cards(services, who, [card_id]).get(card_id)
+    if found is None:
+        raise CardNotFoundError(f"no card {card_id}")
+    return found
+
+
+def get_card(services: Services, who: Principal, data: s.GetCardInput) -> s.CardOutput:
+    freshness = _fresh(services, who, data)
+    card = _card(services, who, data.card_id)
+    return s.CardOutput(**card.model_dump(), freshness=freshness)
+
+
+def get_memories(services: Services, who: Principal, data: s.GetMemoriesInput) -> s.MemoriesOutput:
+    freshness = _fresh(services, who, data)
+    wanted = list(dict.fromkeys(data.card_ids))
+    found = _cards(services, who, wanted)
+    return s.MemoriesOutput(cards=[found[c] for c in wanted if c in found],
+                            missing=[c for c in wanted if c not in found], freshness=freshness)
+
+
+def history(services: Services, who: Principal, data: s.HistoryInput) -> s.HistoryOutput:
+    freshness = _fresh(services, who, data)
+    cards = services.queries.history(who.tenant_id, data.ref)
+    return s.HistoryOutput(ref=data.ref, cards=cards, freshness=freshness)
+
+
+def search(services: Services, who: Principal, data: s.SearchInput) -> s.SearchOutput:
+    unknown = [t for t in data.memory_types if t not in _MEMORY_TYPES]
+    if unknown:
+        raise InvalidKindError(f"unknown memory type {unknown[0]!r}; expected any of "
+                               + ", ".join(sorted(_MEMORY_TYPES)))
+    freshness = _fresh(services, who, data)
+    queries = services.queries
+    as_of = data.as_of or s.AsOf()
+    top = data.top_n or services.settings.retrieval.top_n
+    # a filter by memory type is applied to the ranked cards: ask for more, keep the top n of them
+    asked = min(top * 4, 50) if data.memory_types else data.top_n
+    query = queries.query(data.query, now=data.now, project_id=data.project_id,
+                          group_ids=tuple(data.group_ids), include_global=data.include_global,
+                          valid_at=as_of.valid_at, known_at=as_of.known_at, explain=data.explain,
+                          top_n=asked)
+    result = queries.search(who.tenant_id, query, services.pending.of(who.tenant_id))
+    services.pending.projected(who.tenant_id, result.diagnostics.projected_position)
+    cards = result.results
+    if data.memory_types:
+        cards = [c for c in cards if c.memory_type in data.memory_types][:top]
+    return s.SearchOutput(**{**dict(result), "results": cards}, freshness=freshness)
+
+
+def context(services: Services, who: Principal, data: s.ContextInput) -> s.ContextOutput:
+    result = search(services, who, data)
+    return s.ContextOutput(text=render(result, services.queries.zone), result=result,
+                           freshness=result.freshness)
+
+
+def facts(services: Services, who: Principal, data: s.FactsInput) -> s.FactsOutput:
+    freshness = _fresh(services, who, data)
+    as_of = data.as_of or s.AsOf()
+    found = services.queries.facts(who.tenant_id, data.subject, as_of.valid_at, as_of.known_at)
+    return s.FactsOutput(subject=data.subject, valid_at=as_of.valid_at, known_at=as_of.known_at,
+                         facts=found, freshness=freshness)
+
+
+def briefing(services: Services, who: Principal, data: s.BriefingInput) -> s.BriefingOutput:
+    freshness = _fresh(services, who, data)
+    found = services.queries.briefing(who.tenant_id, data.project_id)
+    return s.BriefingOutput(**dict(found), freshness=freshness)
+
+
+_PENDING_CASES = """SELECT case_id, slot_id, subject, label, current_values, proposed_value,
+    proposed_card_id, proposed_valid_from, reason, opened_at FROM {s}.arbitration_queue
+WHERE decision IS NULL ORDER BY opened_at, case_id"""
+
+
+def arbitrations(services: Services, who: Principal,
+                 data: s.ArbitrationsInput) -> s.ArbitrationsOutput:
+    freshness = _fresh(services, who, data)
+    queries = services.queries
+    with queries.read.tenant(who.tenant_id) as conn:
+        rows = conn.execute(sql.SQL(_PENDING_CASES).format(s=queries.s)).fetchall()
+    return s.ArbitrationsOutput(cases=[s.ArbitrationCase(**row) for row in rows],
+                                freshness=freshness)
+
+
+def status(services: Services, who: Principal, data: s.StatusInput) -> s.StatusOutput:
+    from projections.status import read_status
+
+    projected = services.queries.read.projected(who.tenant_id)
+    services.pending.projected(who.tenant_id, projected)
+    pipeline, parked = None, 0
+    if services.monitor is not None:
+        found = read_status(services.monitor, services.settings)
+        projection = found.projections[0]
+        parked = sum(1 for f in projection.failures if f["tenant_id"] == who.tenant_id)
+        pipeline = s.PipelineStatus(head=found.head, projection_lag=projection.lag,
+                                    relay_lag=found.relay_lag,
+                                    liveness={role: part.state for role, part in found.liveness.items()})
+    return s.StatusOutput(tenant_id=who.tenant_id, key_id=who.key_id, scopes=sorted(who.scopes),
+                          projected_position=projected,
+                          pending_writes=len(services.pending.of(who.tenant_id)), parked=parked,
+                          pipeline=pipeline)
+
+
+def list_cards(services: Services, who: Principal, data: s.CardsInput) -> CardPage:
+    return slicing.list_cards(services.queries.read, who.tenant_id, _slice(data),
+                              services.queries.now())
+
+
+def count_cards(services: Services, who: Principal, data: s.CardsInput) -> CardCounts:
+    return slicing.count_cards(services.queries.read, who.tenant_id, _slice(data),
+                               services.queries.now())
+
+
+def _slice(data: s.CardsInput) -> CardSlice:
+    return CardSlice(**data.model_dump(exclude={"tenant_id"}))
+
+
+def _table(*operations: Operation[Any, Any]) -> dict[str, Operation[Any, Any]]:
+    return {op.name: op for op in operations}
+
+
+READ, WRITE, ADMIN = "memory:read", "memory:write", "memory:admin"
+
+OPERATIONS: dict[str, Operation[Any, Any]] = _table(
+    Operation("remember", "Write one card (state, event or knowledge); answers its outcome and "
+              "position.", s.RememberInput, WriteResult, WRITE, remember),
+    Operation("revise", "Revise a state card with a new value, drawing a typed edge to it.",
+              s.ReviseInput, WriteResult, WRITE, revise),
+    Operation("correct", "Correct an event card's description (audited).", s.CorrectInput,
+              WriteResult, WRITE, correct),
+    Operation("verify", "Confirm a card still holds: resets its aging clock.", s.VerifyInput,
+              WriteResult, WRITE, verify, idempotent=True),
+    Operation("link", "Draw a typed edge from a card to another.", s.LinkInput, WriteResult, WRITE,
+              link, idempotent=True),
+    Operation("move", "Move a commitment (wait, resolve, expire) or archive a blocker.",
+              s.MoveInput, WriteResult, WRITE, move),
+    Operation("get_card", "One card by id, as the read models hold it now.", s.GetCardInput,
+              s.CardOutput, READ, get_card, read_only=True, idempotent=True),
+    Operation("get_memories", "Several cards by id; ids with no card are listed, not an error.",
+              s.GetMemoriesInput, s.MemoriesOutput, READ, get_memories, read_only=True,
+              idempotent=True),
+    Operation("history", "Every version of a card or of a slot's cards, on both timelines.",
+              s.HistoryInput, s.HistoryOutput, READ, history, read_only=True, idempotent=True),
+    Operation("search", "The fused retrieval, as of any point of both timelines.",
+              s.SearchInput, s.SearchOutput, READ, search, read_only=True, idempotent=True),
+    Operation("facts", "The facts of a subject, now or as of a point of both timelines.",
+              s.FactsInput, s.FactsOutput, READ, facts, read_only=True, idempotent=True),
+    Operation("briefing", "Open, waiting and overdue commitments, blockers, pending arbitrations, "
+              "aging facts and stale knowledge.", s.BriefingInput, s.BriefingOutput, READ,
+              briefing, read_only=True, idempotent=True),
+    Operation("arbitrations", "The pending arbitration cases.", s.ArbitrationsInput,
+              s.ArbitrationsOutput, READ, arbitrations, read_only=True, idempotent=True),
+    Operation("arbitrate", "Decide a pending case: keep_old, accept_new or both_valid.",
+              s.ArbitrateInput, WriteResult, ADMIN, arbitrate, destructive=True),
+    Operation("context", "A search rendered as the prompt blocks an LLM reads.", s.ContextInput,
+              s.ContextOutput, READ, context, read_only=True, idempotent=True),
+    Operation("status", "This tenant's projection position, pending writes and parked events, and "
+              "the pipeline's liveness.", s.StatusInput, s.StatusOutput, READ, status,
+              read_only=True, idempotent=True),
+    Operation("list_cards", "Cards filtered along the six axes (kind and type, time, scope, "
+              "source, confidence, relation, concept), as of any moment, a page at a time.",
+              s.CardsInput, CardPage, READ, list_cards, read_only=True, idempotent=True),
+    Operation("count_cards", "How many cards a slice keeps, grouped by one axis.", s.CardsInput,
+              CardCounts, READ, count_cards, read_only=True, idempotent=True),
+)
+

@@ -1,0 +1,282 @@
+"""What each operation takes and gives, as pydantic models: REST bodies and MCP tool schemas alike.
+
+A write's input is its command with an optional ``tenant_id``, which must be the key's own (the
+tenant comes from the key; a body naming another is refused). Operations on one card take its
+``card_id`` from the REST path, so their fields come in two layers: ``…Fields`` (the body) and
+``…Input`` (the body and the card). A read may pass ``min_position`` (a write's ``position``): it
+then waits, bounded, until the read models include it, and says how far behind they still are.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from uuid import UUID
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from services.commands import Authored, Command, Remember, WriteResult
+from services.queries import Briefing, CardHistory, Fact
+from services.readmodels import Freshness
+from services.retrieval.results import RetrievalResult
+from services.slicing import CardSlice
+
+__all__ = ["WriteResult"]
+
+_TENANT = Field(default=None, description="The key's tenant, if named at all; another is refused (403).")
+
+
+class Tenanted(BaseModel):
+    tenant_id: str | None = _TENANT
+
+
+class Request(Tenanted):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Read(Request):
+    min_position: int | None = Field(
+        default=None, ge=0, description="A write's position: wait (bounded) until the read models "
+        "include it; the answer's freshness says how far behind they still are.")
+
+
+class AsOf(BaseModel):
+    """A point on both timelines: valid at ``valid_at`` (world time), as known at ``known_at``
+    (system time). Either alone: the other is the same moment (``valid_at`` alone: as known now)."""
+
+    model_config = ConfigDict(extra="forbid")
+    valid_at: AwareDatetime | None = None
+    known_at: AwareDatetime | None = None
+
+
+# --- writes ---------------------------------------------------------------------------------
+
+
+class RememberInput(Remember, Tenanted):
+    pass
+
+
+class ReviseFields(Authored, Tenanted):
+    content: str
+    edge: str = "supersedes"
+    valid_from: datetime | None = None
+    valid_to: datetime | None = None
+    #: The card's slot; found from the card when not given.
+    aggregate_id: UUID | None = None
+
+
+class ReviseInput(ReviseFields):
+    card_id: UUID
+
+
+class CorrectFields(Authored, Tenanted):
+    description: str
+    reason: str
+    occurred_at: datetime | None = None
+
+
+class CorrectInput(CorrectFields):
+    card_id: UUID
+
+
+class VerifyFields(Command, Tenanted):
+    aggregate_id: UUID | None = None
+
+
+class VerifyInput(VerifyFields):
+    card_id: UUID
+
+
+class LinkFields(Command, Tenanted):
+    edge: str
+    target_id: UUID
+
+
+class LinkInput(LinkFields):
+    card_id: UUID
+
+
+class MoveFields(Command, Tenanted):
+    to: str = Field(description="wait, resolve, expire (a commitment) or archive (a blocker)")
+    note: str = ""
+
+
+class MoveInput(MoveFields):
+    card_id: UUID
+
+
+class ArbitrateFields(Command, Tenanted):
+    decision: str = Field(description="keep_old, accept_new or both_valid")
+    decided_by: str = Field(min_length=1, max_length=200)
+    note: str = ""
+    card_id: UUID | None = None
+
+
+class ArbitrateInput(ArbitrateFields):
+    case_id: UUID
+
+
+# --- reads ----------------------------------------------------------------------------------
+
+
+class GetCardInput(Read):
+    card_id: UUID
+
+
+class GetMemoriesInput(Read):
+    card_ids: list[UUID] = Field(min_length=1, max_length=100)
+
+
+class HistoryInput(Read):
+    ref: str = Field(min_length=1, max_length=400,
+                     description="a card id, a slot id, or subject/label")
+
+
+class SearchInput(Read):
+    query: str = Field(min_length=1)
+    as_of: AsOf | None = None
+    #: The question's clock (relative time words resolve against it); default the server's.
+    now: AwareDatetime | None = None
+    project_id: str | None = None
+    group_ids: list[str] = Field(default_factory=list, max_length=50)
+    include_global: bool = False
+    memory_types: list[str] = Field(default_factory=list, max_length=10)
+    top_n: int | None = Field(default=None, ge=1, le=50)
+    explain: bool = False
+
+
+class ContextInput(SearchInput):
+    pass
+
+
+class FactsInput(Read):
+    subject: str = Field(min_length=1, max_length=400)
+    as_of: AsOf | None = None
+
+
+class BriefingInput(Read):
+    project_id: str | None = None
+
+
+class ArbitrationsInput(Read):
+    pass
+
+
+class StatusInput(Request):
+    pass
+
+
+class CardsInput(CardSlice, Tenanted):
+    """A slice of the tenant's cards (``services.slicing``)."""
+
+
+class MemoryCard(BaseModel):
+    """A card as the read models hold it now (``superseded`` once replaced)."""
+
+    card_id: UUID
+    aggregate_id: UUID
+    kind: str
+    memory_type: str
+    scope: str
+    project_id: str | None
+    group_id: str | None
+    subject: str | None
+    label: str | None
+    cardinality: str | None
+    value: str
+    title: str | None
+    status: str | None
+    valid_from: datetime | None
+    valid_to: datetime | None
+    occurred_at: datetime | None
+    recorded_at: datetime
+    verified_at: datetime | None
+    superseded: bool
+    source: str
+    agent_id: str | None
+    inference_confidence: float | None
+    owner: str | None = None
+    due_at: datetime | None = None
+
+
+class Answered(BaseModel):
+    #: Set when the read passed ``min_position``: whether the read models included it.
+    freshness: Freshness | None = None
+
+
+class MemoriesOutput(Answered):
+    cards: list[MemoryCard]
+    #: Ids with no card the key's tenant can see.
+    missing: list[UUID]
+
+
+class CardOutput(MemoryCard, Answered):
+    pass
+
+
+class HistoryOutput(Answered):
+    ref: str
+    cards: list[CardHistory]
+
+
+class SearchOutput(RetrievalResult, Answered):
+    pass
+
+
+class ContextOutput(Answered):
+    text: str
+    result: SearchOutput
+
+
+class FactsOutput(Answered):
+    subject: str
+    valid_at: datetime | None
+    known_at: datetime | None
+    facts: list[Fact]
+
+
+class BriefingOutput(Briefing, Answered):
+    pass
+
+
+class ArbitrationCase(BaseModel):
+    case_id: UUID
+    slot_id: UUID
+    subject: str
+    label: str
+    current_values: list[str]
+    proposed_value: str
+    proposed_card_id: UUID
+    proposed_valid_from: datetime
+    reason: str
+    opened_at: datetime
+
+
+class ArbitrationsOutput(Answered):
+    cases: list[ArbitrationCase]
+
+
+class PipelineStatus(BaseModel):
+    head: int
+    projection_lag: int
+    relay_lag: int | None
+    #: broker / relay / projector → alive, dead or unknown (from their heartbeats).
+    liveness: dict[str, str]
+
+
+class StatusOutput(BaseModel):
+    tenant_id: str
+    key_id: str
+    scopes: list[str]
+    #: The newest notification id of this tenant the read models include.
+    projected_position: int
+    #: Writes this server accepted for the tenant that the read models do not hold yet.
+    pending_writes: int
+    #: This tenant's parked events (``palimpsest failures``).
+    parked: int
+    pipeline: PipelineStatus | None = None
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """JSON-ready data of an output."""
+    return model.model_dump(mode="json")

@@ -1,0 +1,3 @@
+"""``tests/integration/test_locale_check.py`` against the containers (see conftest.py)."""
+
+from tests.integration.test_locale_check import *  # noqa: F403

@@ -1,0 +1,180 @@
+"""The Python client (``services.client``), sync and async, against a real HTTP server: uvicorn on
+a loopback port (``serve``'s :class:`HttpServer`) serving the REST edge on the session's embedded
+PostgreSQL; the read models are brought up to the log by the catch-up, and each read waits on the
+write's position."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from infra.postgres import Database
+from infra.settings import Settings
+from projections.worker import project_log
+from services.client import (
+    APIError,
+    AsyncClient,
+    AuthenticationError,
+    Client,
+    InvalidRequestError,
+    NotFoundError,
+    PermissionDeniedError,
+)
+from tests.support import new_tenant
+
+pytestmark = pytest.mark.integration
+
+
+class Server:
+    """The REST edge on the session's database, served by uvicorn in a thread of this process."""
+
+    def __init__(self, settings: Settings) -> None:
+        from services.bootstrap import build_services
+        from services.entrypoints.api import create_api
+        from services.entrypoints.serve import HttpServer
+
+        self.settings = settings
+        self.services = build_services(settings)
+        self.http = HttpServer(lambda: create_api(self.services), "127.0.0.1", 0)
+        self.http.start()
+        self.url = self.http.url
+
+    def key(self, tenant: str, *scopes: str) -> str:
+        return self.services.keys.create(tenant, scopes or ("memory:read", "memory:write"))[1]
+
+    def project(self) -> None:
+        project_log(self.settings, self.services.app)
+
+    def close(self) -> None:
+        self.http.stop()
+        self.services.close()
+
+
+@pytest.fixture(scope="module")
+def server(pg_settings: Settings, admin_db: Database, broker: Any) -> Iterator[Server]:
+    made = Server(pg_settings.model_copy(update={"kafka_bootstrap": broker.bootstrap,
+                                                 "projector_embeddings": False}))
+    yield made
+    made.close()
+
+
+def address(value: str, **extra: Any) -> dict[str, Any]:
+    return {"kind": "state", "memory_type": "fact", "subject": "user", "label": "address",
+            "content": value, **extra}
+
+
+def test_the_sync_client_writes_reads_and_asks_as_of(server: Server) -> None:
+    tenant = new_tenant()
+    with Client(server.url, server.key(tenant, "memory:admin")) as memory:
+        taipei = memory.remember(**address("Taipei"))
+        assert taipei["outcome"] == "remembered" and taipei["position"] > 0
+        assert memory.remember(**address("Taipei", request_id="r-1"))["outcome"] == "verified"
+        assert memory.remember(**address("Taipei", request_id="r-1"))["replayed"] is True
+        between = datetime.now(UTC)
+        kyoto = memory.remember(**address("Kyoto"))
+        assert kyoto["outcome"] == "superseded"
+        revised = memory.revise(kyoto["card_id"], "Kyoto, Sakyo-ku", edge="updates")
+        assert memory.verify(revised["card_id"])["outcome"] == "verified"
+        event = memory.remember(kind="event", memory_type="event", content="Kickof meeting",
+                                occurred_at=datetime.now(UTC) - timedelta(hours=1))
+        fixed = memory.correct(event["card_id"], "Kickoff meeting", "typo")
+        due = datetime.now(UTC) + timedelta(days=3)
+        doc = memory.remember(kind="state", memory_type="commitment", content="Send the doc",
+                              owner="user", due_at=due)
+        moved = memory.move(doc["card_id"], "wait", note="sent for review")
+        server.project()
+
+        now = memory.search("where does the user live?", min_position=moved["position"])
+        assert now["freshness"]["stale_by"] == 0
+        assert now["results"][0]["value"] == "Kyoto, Sakyo-ku"
+        then = memory.search("where does the user live?", valid_at=between, known_at=between)
+        assert then["results"][0]["value"] == "Taipei"
+        facts = memory.facts("user", valid_at=between)
+        assert [f["value"] for f in facts["facts"] if f["label"] == "address"] == ["Taipei"]
+        card = memory.card(fixed["card_id"])
+        assert card["value"] == "Kickoff meeting" and card["kind"] == "event"
+        history = memory.history("user/address")
+        assert {v["value"] for c in history["cards"] for v in c["versions"]} >= {"Taipei", "Kyoto"}
+        lookup = memory.cards_by_id([taipei["card_id"], "00000000-0000-0000-0000-000000000000"])
+        assert [c["value"] for c in lookup["cards"]] == ["Taipei"] and len(lookup["missing"]) == 1
+        assert [i["value"] for i in memory.briefing()["waiting"]] == ["Send the doc"]
+        context = memory.context("where does the user live?")
+        assert "Kyoto, Sakyo-ku" in context["text"]
+        assert memory.context_text("where does the user live?") == context["text"]
+        assert memory.status()["tenant_id"] == tenant
+        assert memory.health() == {"status": "up"}
+        assert memory.ready()["ready"] is True
+        assert "palimpsest" in memory.metrics()
+
+
+def test_the_sync_client_decides_an_arbitration(server: Server) -> None:
+    with Client(server.url, server.key(new_tenant(), "memory:admin")) as memory:
+        old = (datetime.now(UTC) - timedelta(days=45)).isoformat()
+        memory.remember(**address("Kyoto"))
+        queued = memory.remember(**address("Osaka", valid_from=old))
+        assert queued["outcome"] == "queued" and queued["case_id"]
+        server.project()
+        cases = memory.arbitrations(min_position=queued["position"])["cases"]
+        assert [c["proposed_value"] for c in cases] == ["Osaka"]
+        decided = memory.decide(queued["case_id"], "keep_old", decided_by="henry")
+        server.project()
+        assert memory.arbitrations(min_position=decided["position"])["cases"] == []
+
+
+def test_refusals_are_typed_errors(server: Server) -> None:
+    tenant = new_tenant()
+    with Client(server.url, server.key(tenant)) as memory:
+        with pytest.raises(NotFoundError) as missing:
+            memory.card("00000000-0000-0000-0000-000000000000")
+        assert missing.value.status == 404 and missing.value.code
+        with pytest.raises(InvalidRequestError):
+            memory.remember(kind="state", memory_type="fact", subject="user", label="a/b",
+                            content="x")
+        with pytest.raises(InvalidRequestError):
+            memory.remember(kind="nonsense", memory_type="fact", content="x")
+    with Client(server.url, "pk_not-a-key") as stranger, pytest.raises(AuthenticationError):
+        stranger.search("anything")
+    with Client(server.url, server.key(tenant, "memory:read")) as reader:
+        with pytest.raises(PermissionDeniedError) as refused:
+            reader.remember(**address("Kyoto"))
+        assert isinstance(refused.value, APIError) and refused.value.status == 403
+
+
+def test_the_async_client_does_the_same(server: Server) -> None:
+    tenant = new_tenant()
+    key = server.key(tenant)
+
+    async def scenario() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        async with AsyncClient(server.url, key) as memory:
+            writes = await asyncio.gather(*(memory.remember(kind="state", memory_type="fact",
+                                                            subject="user", label="skills",
+                                                            content=skill)
+                                            for skill in ("Python", "PostgreSQL", "Kafka")))
+            await asyncio.to_thread(server.project)
+            last = max(w["position"] for w in writes)
+            facts = await memory.facts("user", min_position=last)
+            found = await memory.search("what are the user's skills?")
+            with pytest.raises(NotFoundError):
+                await memory.history("00000000-0000-0000-0000-000000000000")
+            return facts, found, await memory.status()
+
+    facts, found, status = asyncio.run(scenario())
+    assert facts["freshness"]["stale_by"] == 0
+    assert {f["value"] for f in facts["facts"]} == {"Python", "PostgreSQL", "Kafka"}
+    assert {"Python", "PostgreSQL", "Kafka"} <= {c["value"] for c in found["results"]}
+    assert status["tenant_id"] == tenant
+
+
+def test_importing_the_client_loads_no_server_stack() -> None:
+    probe = ("import sys, services.client; heavy = [m for m in ('psycopg', 'eventsourcing', "
+             "'numpy', 'faust', 'jieba', 'domain', 'infra', 'projections') if m in sys.modules]; "
+             "print(heavy)")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                          check=True)
+    assert done.stdout.strip() == "[]"
