@@ -117,12 +117,12 @@ def watch(shutdown: Shutdown, kafka: Kafka) -> None:
 def run_relay_process(settings: Settings, stop: threading.Event | None = None, name: str = "main") -> None:
     """``palimpsest relay``: the relay until SIGINT/SIGTERM (or ``stop``), with its heartbeats (and
     the broker's, when it runs the embedded one)."""
+    from infra.eventlog import open_event_log
     from infra.postgres import admin_database, runtime_database
     from infra.relay import Relay
-    from services.factory import create_app
 
     shutdown = process_shutdown("relay", settings, stop)
-    app = create_app(settings)
+    app = open_event_log(settings)
     kafka = Kafka(settings)
     watch(shutdown, kafka)
     relay = Relay.from_settings(app.recorder, settings, kafka.bootstrap, name=name)  # type: ignore[arg-type]

@@ -33,6 +33,7 @@ from pydantic import BaseModel, SecretStr
 
 from infra.broker import die_with_parent
 from infra.embedded_pg import drop_dead_handles
+from infra.eventlog import open_event_log
 from infra.heartbeats import Heartbeats
 from infra.postgres import admin_database, bootstrap, runtime_database
 from infra.processes import Kafka, heartbeats, process_shutdown, watch
@@ -49,11 +50,9 @@ STOP_SECONDS = 5.0
 
 def run_pipeline(settings: Settings) -> int:
     """Run until SIGINT/SIGTERM; 0, or the projector's ``FAILED_EXIT``."""
-    from services.factory import create_app
-
     shutdown = process_shutdown("pipeline", settings)
     settings = prepare(settings)
-    app = create_app(settings)
+    app = open_event_log(settings)
     parts = Pipeline(settings, shutdown, app.recorder)
     log.warning("pipeline: broker %s, relay and projector running; Ctrl-C stops", parts.kafka.bootstrap)
     try:

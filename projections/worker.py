@@ -13,6 +13,7 @@ from typing import Any
 
 import faust
 
+from infra.eventlog import open_event_log
 from infra.heartbeats import Beat
 from infra.locale_check import check_cjk_support
 from infra.postgres import Database, Lease, admin_database, bootstrap, projector_database
@@ -24,7 +25,6 @@ from projections.faust_app import FAILED_EXIT, Outcome, create_faust_app
 from projections.projector import ProjectionError
 from projections.replay import catch_up, make_projector
 from projections.text import warm_up
-from services.factory import create_app
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ def _run_projector(settings: Settings, servers: str, shutdown: Shutdown, pulse: 
                    admin: Database) -> int:
     with projector_database(admin, settings).connect() as conn:
         check_cjk_support(conn)  # refuse to start where Chinese fuzzy matching would silently fail
-    app = create_app(settings.model_copy(update={"auto_bootstrap": False}))
+    app = open_event_log(settings.model_copy(update={"auto_bootstrap": False}))
     projector = make_projector(settings, app, admin=admin)
     stop = threading.Event()
     pulse.phase = "catching up"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from infra.eventlog import event_store_env
 from infra.postgres import admin_database, bootstrap, runtime_database
 from infra.settings import Settings
 from services.application import Clock, utc_now
@@ -15,18 +16,8 @@ def create_app(
 ) -> Palimpsest:
     """The command side on the configured store; PostgreSQL is bootstrapped first."""
     settings = settings or Settings()
-    env = settings.eventsourcing_env()
-    if settings.persistence == "postgres":
-        admin = admin_database(settings)
-        if settings.auto_bootstrap:
-            bootstrap(admin, settings)
-        runtime = runtime_database(admin, settings)
-        env = settings.eventsourcing_env(
-            host=runtime.host, port=runtime.port, dbname=runtime.dbname, user=runtime.user,
-            password=runtime.password,
-        )
     return app_class(
-        env=env, policy=settings.policy(), clock=clock,
+        env=event_store_env(settings), policy=settings.policy(), clock=clock,
         conflict_retries=settings.conflict_retries,
     )
 
