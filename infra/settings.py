@@ -51,6 +51,10 @@ class RetrievalSettings(BaseModel):
     breaker_window: int = 10
     breaker_p95_ms: float = 150.0
     breaker_slow_samples: int = 3
+    #: Nor while the machine is overloaded: more runnable tasks (or a 1-minute load average)
+    #: than this many times its cores — a CPU-bound route (the query's embedding) is slowed by
+    #: load far more than the others, which wait on the database. 0: never counts as busy.
+    breaker_busy_load: float = 1.0
     breaker_quarantine_s: float = 600.0
     breaker_probe_s: float = 30.0
     #: Fusion: how much each route's evidence weighs (a graph neighbour is weaker evidence than a

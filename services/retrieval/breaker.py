@@ -9,7 +9,9 @@ A breaker protects answers from a *sick* route; it must not turn load into wrong
   sample;
 - a sick route is not quarantined while the other routes are slowed alike (:class:`Breakers`):
   when the machine is busy every route is slower, and taking one out would only make the answer
-  poorer;
+  poorer; nor while the machine is overloaded (:func:`machine_load` at least ``busy_load``): a
+  CPU-bound route is slowed by load far more than routes that wait on the database, so "alike"
+  alone does not see it;
 - quarantine lasts ``quarantine_s`` (10 minutes); one probe call every ``probe_every_s`` (30 s)
   is let through, and a probe under the limit lets the route back in at once, with a fresh window.
 """
@@ -17,9 +19,10 @@ A breaker protects answers from a *sick* route; it must not turn load into wrong
 from __future__ import annotations
 
 import math
+import os
 import statistics
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 
 def nearest_rank(samples: Iterable[float], quantile: float = 0.95) -> float:
@@ -117,13 +120,33 @@ class RouteBreaker:
         self._samples.clear()
 
 
+def machine_load() -> float:
+    """How loaded the machine is, per core: the tasks runnable now (Linux's ``/proc/loadavg``,
+    this process's caller excluded) or the 1-minute load average, whichever is higher."""
+    cores = os.cpu_count() or 1
+    try:
+        with open("/proc/loadavg") as loadavg:
+            fields = loadavg.read().split()
+        running = int(fields[3].split("/")[0]) - 1
+        return max(running, float(fields[0])) / cores
+    except (OSError, ValueError, IndexError):
+        try:
+            return os.getloadavg()[0] / cores
+        except OSError:  # not measurable here: never busy on its account
+            return 0.0
+
+
 class Breakers:
     """The breakers of every route of one retriever, which judge together: a sick route is taken
     out only when the others are not slowed alike (their median slowdown is under
     ``alike`` times its own)."""
 
-    def __init__(self, names: Iterable[str], alike: float = 0.5, **options: float) -> None:
+    def __init__(self, names: Iterable[str], alike: float = 0.5,
+                 load: Callable[[], float] | None = None, busy_load: float = 1.0,
+                 **options: float) -> None:
         self.alike = alike
+        #: The machine's load per core (:func:`machine_load`); None: not looked at.
+        self.load, self.busy_load = load, busy_load
         self.routes: dict[str, RouteBreaker] = {name: RouteBreaker(**options) for name in names}  # type: ignore[arg-type]
 
     def __getitem__(self, name: str) -> RouteBreaker:
@@ -144,8 +167,11 @@ class Breakers:
         return True
 
     def busy(self, name: str) -> bool:
-        """Whether the other routes are slowed like ``name`` — the machine, not the route: half of
-        them sick too, or their median slowdown at least ``SLOWED`` and ``alike`` times its own."""
+        """Whether the machine, not the route, is slow: overloaded (``load``), or the other routes
+        slowed like ``name`` — half of them sick too, or their median slowdown at least ``SLOWED``
+        and ``alike`` times its own."""
+        if self.load is not None and self.busy_load > 0 and self.load() >= self.busy_load:
+            return True
         others = [b for other, b in self.routes.items() if other != name and b.samples]
         if not others:
             return False

@@ -25,7 +25,7 @@ from infra.settings import RetrievalSettings
 from projections.text import loaded as text_loaded
 from projections.text import query_terms, warm_up
 from services.readmodels import ReadModels
-from services.retrieval.breaker import Breakers
+from services.retrieval.breaker import Breakers, machine_load
 from services.retrieval.candidates import alert_partners, load_arbitrations, load_candidates
 from services.retrieval.fuzzy import FuzzyRoute
 from services.retrieval.graph import GraphRoute
@@ -96,7 +96,8 @@ class Retriever:
                                  limit_ms=settings.breaker_p95_ms,
                                  quarantine_s=settings.breaker_quarantine_s,
                                  probe_every_s=settings.breaker_probe_s,
-                                 slow_samples=settings.breaker_slow_samples)
+                                 slow_samples=settings.breaker_slow_samples,
+                                 load=machine_load, busy_load=settings.breaker_busy_load)
         #: Routes that have run once: a route's first call (connections, plans) warms it up.
         self._warm: set[str] = set()
         self.pool = ThreadPoolExecutor(max_workers=settings.route_threads, thread_name_prefix="route")

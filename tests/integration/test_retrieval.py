@@ -332,6 +332,7 @@ def test_a_slow_route_times_out_and_its_breaker_quarantines_it(pg_settings, worl
     queries: Queries = create_queries(settings, clock)
     now = [0.0]
     queries.retriever.monotonic = lambda: now[0]
+    queries.retriever.breakers.load = lambda: 0.1  # a quiet machine: the route alone is sick
     queries.retriever.routes = [r if r.name != "fuzzy" else Slow() for r in queries.retriever.routes]
     enough = queries.query("Kaohsiung", top_n=1)  # the other routes find all it asks for
     try:

@@ -8,7 +8,7 @@ from uuid import UUID
 
 import pytest
 
-from services.retrieval.breaker import Breakers, RouteBreaker, nearest_rank
+from services.retrieval.breaker import Breakers, RouteBreaker, machine_load, nearest_rank
 from services.retrieval.scoring import (
     Candidate,
     Contradiction,
@@ -366,6 +366,22 @@ class TestRouteBreaker:
             healthy(board, name, ms, calls=30)
         quarantined = [board.record("semantic", 400.0, 0.0) for _ in range(3)]
         assert quarantined == [False, False, True]
+
+    @pytest.mark.parametrize(("load", "busy_load", "taken_out"), [
+        (1.6, 1.0, False),  # more runnable tasks than cores: the CPU-bound route is starved
+        (0.3, 1.0, True),   # a quiet machine: the route alone is slow, so it is sick
+        (5.0, 0.0, True),   # the load signal turned off
+    ])
+    def test_an_overloaded_machine_is_busy_even_when_one_route_alone_is_slowed(
+            self, load: float, busy_load: float, taken_out: bool) -> None:
+        board = Breakers(("semantic", "tags", "fuzzy"), load=lambda: load, busy_load=busy_load)
+        for name, ms in (("semantic", 60.0), ("tags", 40.0), ("fuzzy", 30.0)):
+            healthy(board, name, ms, calls=30)
+        quarantined = [board.record("semantic", 400.0, 0.0) for _ in range(3)]
+        assert quarantined[-1] is taken_out
+
+    def test_the_machine_load_is_a_share_of_the_cores(self) -> None:
+        assert 0.0 <= machine_load() < 1_000
 
     def test_a_warm_up_call_is_no_sample(self) -> None:
         board = Breakers(("semantic",))
