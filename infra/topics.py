@@ -12,11 +12,14 @@ log = logging.getLogger(__name__)
 def ensure_topic(bootstrap: str, topic: str, partitions: int, replication_factor: int = 1) -> bool:
     """Create ``topic`` with ``partitions`` partitions unless it exists. True when it was created.
 
-    An existing topic is left alone (a different partition count is logged, never changed)."""
+    An existing topic is left alone (a different partition count is logged, never changed). A
+    broker that does not answer fails it within about 5 s (kafka-python would wait 30): the
+    broker's keeper calls it after each restart, and the relay creates the topic too."""
     from kafka import KafkaAdminClient
 
     admin = KafkaAdminClient(
-        bootstrap_servers=bootstrap, request_timeout_ms=10_000, client_id="palimpsest-admin"
+        bootstrap_servers=bootstrap, request_timeout_ms=10_000, client_id="palimpsest-admin",
+        bootstrap_timeout_ms=5_000, reconnect_backoff_max_ms=1_000,
     )
     try:
         return ensure_topic_with(admin, topic, partitions, replication_factor)
