@@ -18,7 +18,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from services.commands import Authored, Command, Remember, WriteResult
 from services.queries import Briefing, CardHistory, Fact
 from services.readmodels import Freshness
-from services.retrieval.results import RetrievalResult
+from services.retrieval.results import RetrievalResult, StoredCard
 from services.slicing import CardSlice
 
 __all__ = ["WriteResult"]
@@ -170,33 +170,8 @@ class CardsInput(CardSlice, Tenanted):
     """A slice of the tenant's cards (``services.slicing``)."""
 
 
-class MemoryCard(BaseModel):
+class MemoryCard(StoredCard):
     """A card as the read models hold it now (``superseded`` once replaced)."""
-
-    card_id: UUID
-    aggregate_id: UUID
-    kind: str
-    memory_type: str
-    scope: str
-    project_id: str | None
-    group_id: str | None
-    subject: str | None
-    label: str | None
-    cardinality: str | None
-    value: str
-    title: str | None
-    status: str | None
-    valid_from: datetime | None
-    valid_to: datetime | None
-    occurred_at: datetime | None
-    recorded_at: datetime
-    verified_at: datetime | None
-    superseded: bool
-    source: str
-    agent_id: str | None
-    inference_confidence: float | None
-    owner: str | None = None
-    due_at: datetime | None = None
 
 
 class Answered(BaseModel):

@@ -9,7 +9,9 @@ from uuid import UUID
 from pydantic import BaseModel
 
 
-class RetrievedCard(BaseModel):
+class StoredCard(BaseModel):
+    """A card as the read models hold it (the fields every answer about a card carries)."""
+
     card_id: UUID
     aggregate_id: UUID
     kind: str
@@ -35,6 +37,9 @@ class RetrievedCard(BaseModel):
     #: A commitment's owner and due date (it reads ``overdue`` once past it, still open).
     owner: str | None = None
     due_at: datetime | None = None
+
+
+class RetrievedCard(StoredCard):
     score: float
     explain: dict[str, Any] | None = None
 

@@ -33,6 +33,7 @@ from projections.replay import catch_up, make_projector
 from services.bootstrap import Services, build_services
 from services.entrypoints.mcp import TOOLS, mcp_http_app, tool_specs, transport_security
 from services.entrypoints.operations import OPERATIONS
+from tests.integration.rest_server import ServedApp
 from tests.support import START, Clock, new_tenant
 
 pytestmark = pytest.mark.integration
@@ -62,31 +63,14 @@ async def call(session: ClientSession, tool: str, arguments: dict[str, Any]) -> 
 # --- the service under test ------------------------------------------------------------------
 
 
-class Served:
+class Served(ServedApp):
     """The MCP app of one ``Services`` under uvicorn on a free loopback port."""
 
     def __init__(self, services: Services) -> None:
         self.services = services
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        app = mcp_http_app(services, path="/mcp", port=self.port)
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port,
-                                                    log_level="warning", lifespan="on"))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-
-    def __enter__(self) -> Served:
-        self.thread.start()
-        deadline = time.monotonic() + 10
-        while not self.server.started:
-            assert time.monotonic() < deadline and self.thread.is_alive(), "uvicorn did not start"
-            time.sleep(0.02)
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.server.should_exit = True
-        self.thread.join(10)
+        super().__init__(lambda port: mcp_http_app(services, path="/mcp", port=port),
+                         lifespan="on")
+        self.url += "/mcp"
 
     def run(self, key: str | None, scenario: Callable[[ClientSession], Awaitable[T]]) -> T:
         """``scenario`` in one MCP session over streamable HTTP with ``key``."""
