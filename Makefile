@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve demo test test-containers bench bench-api bench-retrieval bench-aging bench-faults bench-contention soak typecheck clean
+.PHONY: serve demo test test-containers bench bench-api bench-commands bench-ingest bench-retrieval bench-aging bench-faults bench-contention soak typecheck clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ bench: $(STAMP)
 
 bench-api: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_api
+
+bench-commands: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_commands
+
+bench-ingest: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_ingest
 
 bench-retrieval: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_retrieval

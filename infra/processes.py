@@ -1,8 +1,8 @@
 """What a long-running process does around its work: Kafka found (the data folder's embedded broker
 joined or started, and kept up), heartbeats written, a stop in time, and nothing left running.
 
-``palimpsest relay`` is :func:`run_relay_process`; the projector and the pipeline
-(:mod:`projections.worker`) are built from the same parts.
+The process mains in :mod:`services.entrypoints` — the relay, the projector, the pipeline, serve —
+are built from these parts.
 """
 
 from __future__ import annotations
@@ -112,30 +112,3 @@ def watch(shutdown: Shutdown, kafka: Kafka) -> None:
     """Once a stop is asked, the broker is not restarted; a forced exit kills it."""
     shutdown.on_stop(kafka.hold)
     shutdown.on_force(kafka.kill)
-
-
-def run_relay_process(settings: Settings, stop: threading.Event | None = None, name: str = "main") -> None:
-    """``palimpsest relay``: the relay until SIGINT/SIGTERM (or ``stop``), with its heartbeats (and
-    the broker's, when it runs the embedded one)."""
-    from infra.eventlog import open_event_log
-    from infra.postgres import admin_database, runtime_database
-    from infra.relay import Relay
-
-    shutdown = process_shutdown("relay", settings, stop)
-    app = open_event_log(settings)
-    kafka = Kafka(settings)
-    watch(shutdown, kafka)
-    relay = Relay.from_settings(app.recorder, settings, kafka.bootstrap, name=name)  # type: ignore[arg-type]
-    probes: dict[str, Callable[[], Beat | None]] = {"relay": relay.beat, "broker": kafka.beat}
-    if kafka.keeper is None:  # an external cluster: the relay says whether it answers
-        probes["broker"] = lambda: Beat(relay.last_error is None and relay.beat().alive,
-                                        relay.published_at, f"{kafka.bootstrap}, as the relay sees it")
-    beats = heartbeats(runtime_database(admin_database(settings), settings).connect, settings, **probes)
-    try:
-        relay.run(shutdown.stop)
-    finally:
-        beats.stop()
-        relay.close()
-        kafka.close()
-        app.close()
-        shutdown.done()

@@ -29,6 +29,12 @@ its position to 0 and republishes the whole log. Duplicates are harmless, as abo
 a missing topic as soon as a producer writes to it, so a restart usually shows as a new topic id.)
 
 The row's ``tenant_id`` is ``'*'``: one relay carries every tenant's events.
+
+The ingest relay (:meth:`Relay.for_ingest`, row ``ingest``) follows the same log with a topics
+filter (the subscription's ``topics``: the store selects only those events) and publishes only
+:data:`INGEST_EVENTS` — the turns handed to the extraction worker — to
+``settings.kafka_ingest_topic``, in the same message format; its position is the newest of those
+it published. The rules above hold for it as for the main relay.
 """
 
 from __future__ import annotations
@@ -44,8 +50,10 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from eventsourcing.persistence import Notification, PersistenceError
+from eventsourcing.utils import get_topic
 from psycopg import sql
 
+from domain.ingestion import Ingestion
 from infra.broker import BrokerError, ensure_topic_with
 from infra.heartbeats import Beat
 from infra.relay_messages import (  # re-exported: consumers read messages through this module
@@ -65,12 +73,16 @@ if TYPE_CHECKING:
     from eventsourcing.postgres import PostgresApplicationRecorder
 
 __all__ = [
-    "MESSAGE_BYTES", "Relay", "RelayError", "RelayState", "StoredEventMessage", "decode_message",
-    "decode_messages", "encode_message", "encode_messages", "ensure_relay_table", "log_head",
-    "message_key",
+    "INGEST_EVENTS", "MESSAGE_BYTES", "Relay", "RelayError", "RelayState", "StoredEventMessage",
+    "decode_message", "decode_messages", "encode_message", "encode_messages", "ensure_relay_table",
+    "log_head", "message_key",
 ]
 
 log = logging.getLogger(__name__)
+
+#: The events the ingest relay publishes, as eventsourcing spells their topics: the turns handed
+#: to the extraction worker.
+INGEST_EVENTS = (get_topic(Ingestion.Received), get_topic(Ingestion.RerunRequested))
 
 _NO_TOPIC_ID = {"", "None", "00000000-0000-0000-0000-000000000000", "AAAAAAAAAAAAAAAAAAAAAA"}
 #: A broker that comes back is found within a second, and a client gives up bootstrapping in 5 s
@@ -95,6 +107,7 @@ class Relay:
         events_per_message: int = 100,
         check_interval: float = 5.0, request_timeout_ms: int = 10_000,
         delivery_timeout_ms: int = 30_000, schema: str | None = None,
+        topics: Sequence[str] = (),
     ) -> None:
         self.recorder = recorder
         self.bootstrap = bootstrap
@@ -108,6 +121,9 @@ class Relay:
         self.request_timeout_ms = request_timeout_ms
         self.delivery_timeout_ms = max(delivery_timeout_ms, request_timeout_ms + linger_ms)
         self.schema = schema or recorder.datastore.schema or "public"
+        #: Event topics to publish (eventsourcing's, e.g. ``domain.ingestion:Ingestion.Received``);
+        #: empty: every notification.
+        self.topics = tuple(topics)
         #: The error that made the last :meth:`run_once` give up, if it did.
         self.last_error: BaseException | None = None
         #: How often this relay found the broker had lost messages and started again from 0.
@@ -131,6 +147,21 @@ class Relay:
             recorder, bootstrap, topic=settings.kafka_topic, partitions=settings.kafka_partitions,
             name=name, schema=settings.event_schema,
             events_per_message=settings.kafka_events_per_message, **options,
+        )
+
+    @classmethod
+    def for_ingest(
+        cls, recorder: PostgresApplicationRecorder, settings: Settings, bootstrap: str,
+        name: str = "ingest", **options: Any,
+    ) -> Relay:
+        """The ingest relay: only the turns handed to the extraction worker
+        (:data:`INGEST_EVENTS`), to ``settings.kafka_ingest_topic``, from its own position (the
+        ``relay_position`` row ``name``)."""
+        return cls(
+            recorder, bootstrap, topic=settings.kafka_ingest_topic,
+            partitions=settings.kafka_partitions, name=name, schema=settings.event_schema,
+            events_per_message=settings.kafka_events_per_message, topics=INGEST_EVENTS,
+            **options,
         )
 
     # -- state --
@@ -292,7 +323,8 @@ class Relay:
         if self._checked_at is None or time.monotonic() - self._checked_at >= self.check_interval:
             self.check()
         if self._feed is None:
-            self._feed = Feed(self.recorder, self.state.position, capacity=self.batch_size * 4)
+            self._feed = Feed(self.recorder, self.state.position, capacity=self.batch_size * 4,
+                              topics=self.topics)
         return self._feed
 
     def run_once(self, timeout: float = 1.0) -> int:
@@ -422,13 +454,3 @@ class Relay:
         tb: TracebackType | None,
     ) -> None:
         self.close()
-
-
-def run_relay(settings: Settings, stop: threading.Event | None = None, name: str = "main") -> None:
-    """``palimpsest relay``: publish the log to Kafka until SIGINT/SIGTERM (or ``stop``).
-
-    Uses ``settings.kafka_bootstrap``, else the data folder's embedded broker, kept up by this
-    process while it runs (:mod:`infra.processes`)."""
-    from infra.processes import run_relay_process
-
-    run_relay_process(settings, stop, name)

@@ -101,14 +101,15 @@ class RelayState:
 
 class Feed:
     """Iterates an eventsourcing subscription on a thread and hands out batches with a timeout
-    (a subscription's ``__next__`` blocks until the next notification)."""
+    (a subscription's ``__next__`` blocks until the next notification). With ``topics`` (event
+    topic strings, as eventsourcing stores them), only the notifications of those events."""
 
-    def __init__(self, recorder: Any, gt: int, capacity: int) -> None:
+    def __init__(self, recorder: Any, gt: int, capacity: int, topics: Sequence[str] = ()) -> None:
         self.gt = gt
         self._queue: queue.Queue[Notification] = queue.Queue(maxsize=capacity)
         self._closed = threading.Event()
         self._error: BaseException | None = None
-        self._subscription = recorder.subscribe(gt=gt)
+        self._subscription = recorder.subscribe(gt=gt, topics=list(topics))
         self._thread = threading.Thread(target=self._pump, name=f"relay-feed-{gt}", daemon=True)
         self._thread.start()
 

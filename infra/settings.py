@@ -137,10 +137,22 @@ class Settings(BaseSettings):
     aggregate_cache_size: int = 10_000
     #: How often a command reloads and decides again after losing a race on an aggregate.
     conflict_retries: int = 3
+    #: Save the decisions of concurrent commands of one process in one event-store transaction
+    #: (they share its table lock and its flush to disk; ``services.commit``).
+    group_commit: bool = True
 
     #: Kafka: unset = the embedded broker (tansu) on a free loopback port under ``data_dir``.
     kafka_bootstrap: str | None = None
     kafka_topic: str = "palimpsest.events"
+    #: The ingest relay publishes only the turns handed to the extraction worker here
+    #: (``Ingestion.Received`` and ``Ingestion.RerunRequested``), in the main topic's format.
+    kafka_ingest_topic: str = "palimpsest.ingest"
+    #: The extraction workers' consumer group on the ingest topic (workers share its partitions).
+    ingest_group: str = "palimpsest-ingest"
+    #: Turns a worker takes from the topic at once; their offsets are committed together.
+    ingest_batch: int = Field(default=50, ge=1, le=1_000)
+    #: Sessions a worker extracts side by side (a session's turns stay in order).
+    ingest_concurrency: int = Field(default=8, ge=1, le=64)
     kafka_partitions: int = 4
     #: At most this many consecutive events of one tenant travel in one Kafka message.
     kafka_events_per_message: int = Field(default=100, ge=1)
@@ -163,6 +175,23 @@ class Settings(BaseSettings):
     #: server only where the CPU has AVX-512, which its pgvector build needs for any distance.
     vector_index: Literal["auto", "hnsw", "none"] = "auto"
 
+    #: Ingest extraction (DESIGN rule 9): an OpenAI-compatible chat completions server that turns
+    #: conversation turns into candidate cards. Unset = extraction is off (turns are still stored
+    #: and searchable as event cards); e.g. ``http://localhost:11434/v1`` for Ollama.
+    llm_base_url: str | None = None
+    #: Its API key; a local server usually needs none.
+    llm_api_key: SecretStr | None = None
+    llm_model: str = "gpt-4o-mini"
+    #: Longest one completion request may take.
+    llm_timeout_seconds: float = Field(default=30.0, gt=0.0)
+    #: Attempts after the first when the model fails or answers garbage; then the turn is
+    #: dead-lettered. The first pause is ``llm_backoff_seconds``, doubling each time (with
+    #: jitter), never longer than ``llm_backoff_max_seconds``. A turn's ``occurred_at_hint`` may
+    #: lie at most ``clock_skew_seconds`` after the turn was said.
+    llm_retries: int = Field(default=3, ge=0)
+    llm_backoff_seconds: float = Field(default=1.0, ge=0.0)
+    llm_backoff_max_seconds: float = Field(default=30.0, ge=0.0)
+
     #: The zone relative time words in queries (昨天, "last week") are resolved in, and the zone
     #: ``<current_time>`` is shown in; an IANA name.
     time_zone: str = "UTC"
@@ -178,6 +207,19 @@ class Settings(BaseSettings):
     api_max_wait_seconds: float = Field(default=5.0, ge=0.0)
     #: A secret mixed into every stored API key hash (HMAC-SHA-256); unset = plain SHA-256.
     key_pepper: SecretStr | None = None
+
+    #: Consolidation (DESIGN rule 10): the worker ``serve`` runs proposes duplicates and
+    #: contradictions; nothing is applied until a reviewer accepts. Cosine similarity at which two
+    #: cards' embeddings count as near-identical (a duplicate).
+    consolidation_similarity: float = Field(default=0.92, ge=0.0, le=1.0)
+    #: Similarity at which two knowledge cards, only one of them negated, read as contradicting.
+    consolidation_contradiction_similarity: float = Field(default=0.8, ge=0.0, le=1.0)
+    #: Seconds from the end of one scan of every tenant to the start of the next.
+    consolidation_interval_seconds: float = Field(default=60.0, gt=0.0)
+    #: Per tenant, how many of the newest current cards one scan compares by embedding, pairwise.
+    consolidation_max_cards: int = Field(default=2_000, ge=2)
+    #: Run the consolidation worker inside ``palimpsest serve``.
+    consolidation_enabled: bool = True
 
     max_content_chars: int = 8_000
     max_tags: int = 64

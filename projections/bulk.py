@@ -12,6 +12,7 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import multiprocessing.connection
+import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -122,6 +123,8 @@ def _fold_share(admin: Database, events: sql.Composable, schema: str, head: int,
     """A rebuild process: read and fold its share of the aggregates' events, then, once the
     schema is ready, copy its rows and write their words; send back what must be merged, or its
     error."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a stop ends this process, nothing more
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by _start
     gc.disable()  # the process lives for one fold and copy (see collector_paused)
     try:
         def progress(done: int, total: int) -> None:
@@ -168,7 +171,7 @@ def fold_in_processes(make_schema: Callable[[], None], app: Palimpsest, admin: D
                 target=_fold_share, name=f"rebuild-{part}", daemon=True,
                 args=(admin, events, schema, head, known_at, (part, workers), app.mapper, ready,
                       reached, results_out, skipped))
-            process.start()
+            _start(process)
             results_out.close()
             children.append(_Child(process, results_in, reached))
 
@@ -191,6 +194,17 @@ def fold_in_processes(make_schema: Callable[[], None], app: Palimpsest, admin: D
                 child.process.join()
             child.results.close()
     return _copy_gathered(admin, schema, head, results)
+
+
+def _start(process: Any) -> None:
+    """Fork ``process`` with SIGTERM blocked until its target has put the default action back: a
+    stop that comes at once (the schema refused) must not run this process's handler in the fork,
+    which would carry on as a copy of this one."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _gather(children: list[_Child], report: Callable[[], None]) -> list[Any]:

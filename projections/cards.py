@@ -323,3 +323,8 @@ def _storable_value(value: Any) -> Any:
 
 def _storable_op(op: Op) -> Op:
     return replace(op, **{name: _storable_value(value) for name, value in vars(op).items()})
+
+
+# Handlers of other aggregates' events register on ``project`` when their module is imported.
+import projections.ingestions  # noqa: E402, F401
+import projections.proposals  # noqa: E402, F401

@@ -82,7 +82,38 @@ class DecideCase:
     decided_at: datetime
 
 
-Op = PutNode | PutSlot | PutCard | ChangeCard | PutEdge | PutCase | AddProposal | DecideCase
+@dataclass(frozen=True)
+class PutRecord:
+    """A new row of a record table (:data:`RECORDS`: one row per aggregate, no versions)."""
+
+    table: str
+    row: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ChangeRecord:
+    """Columns of a record table's row changed; a row that is not there changes nothing."""
+
+    table: str
+    tenant_id: str
+    record_id: UUID
+    changes: dict[str, Any] = field(default_factory=dict)
+
+
+Op = (PutNode | PutSlot | PutCard | ChangeCard | PutEdge | PutCase | AddProposal | DecideCase
+      | PutRecord | ChangeRecord)
+
+#: Record tables: name → (key column after ``tenant_id``, every column a row has). One row per
+#: aggregate, written by :class:`PutRecord` and :class:`ChangeRecord`.
+RECORDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "ingestions": ("ingestion_id", (
+        "tenant_id", "ingestion_id", "event_card_id", "session_id", "turn_id", "role", "agent_id",
+        "said_at", "timezone", "received_at", "status", "attempts", "error", "candidates",
+        "card_ids", "updated_at")),
+    "proposals": ("proposal_id", (
+        "tenant_id", "proposal_id", "kind", "src_id", "dst_id", "edge", "rationale", "score",
+        "proposed_at", "review", "reviewed_at", "reviewed_by", "note")),
+}
 
 SLOT_COLUMNS = ("tenant_id", "slot_id", "scope", "project_id", "group_id", "subject", "label",
                 "cardinality", "slot_words")

@@ -14,8 +14,8 @@ import psycopg
 from psycopg import sql
 
 TABLES = ("nodes", "slots", "cards", "card_terms", "card_versions", "card_embeddings",
-          "card_relations", "arbitration_queue", "proposals", "projection_tracking",
-          "projection_position", "projection_failures")
+          "card_relations", "arbitration_queue", "proposals", "ingestions",
+          "projection_tracking", "projection_position", "projection_failures")
 
 #: How ``card_terms`` spells a card's label and memory type (no term starts with "=").
 LABEL_WORD, TYPE_WORD = "=label:", "=type:"
@@ -184,6 +184,38 @@ CREATE TABLE IF NOT EXISTS {s}.proposals (
     reviewed_at timestamptz,
     PRIMARY KEY (tenant_id, proposal_id)
 );
+-- kind: duplicate | contradiction; score: how sure the finder is (0-1); review: accepted |
+-- rejected, by whom and why.
+ALTER TABLE {s}.proposals
+    ADD COLUMN IF NOT EXISTS kind text NOT NULL DEFAULT 'duplicate',
+    ADD COLUMN IF NOT EXISTS score double precision NOT NULL DEFAULT 0,
+    ADD COLUMN IF NOT EXISTS reviewed_by text,
+    ADD COLUMN IF NOT EXISTS note text;
+
+-- Conversation turns handed to ingest, one row per turn: its episodic event card, what became of
+-- its extraction. status: received (waiting for the extraction worker) | extracted (candidates
+-- recorded, commands being applied) | applied (its cards exist) | dead_letter (the model failed
+-- after every retry: ``error``; re-run over REST, MCP or the CLI).
+CREATE TABLE IF NOT EXISTS {s}.ingestions (
+    tenant_id text NOT NULL,
+    ingestion_id uuid NOT NULL,
+    event_card_id uuid NOT NULL,
+    session_id text NOT NULL,
+    turn_id text NOT NULL,
+    role text NOT NULL,
+    agent_id text,
+    said_at timestamptz NOT NULL,
+    timezone text NOT NULL,
+    received_at timestamptz NOT NULL,
+    status text NOT NULL,
+    attempts integer NOT NULL DEFAULT 0,
+    error text,
+    candidates integer,
+    card_ids uuid[],
+    updated_at timestamptz NOT NULL,
+    PRIMARY KEY (tenant_id, ingestion_id)
+);
+CREATE INDEX IF NOT EXISTS ingestions_status ON {s}.ingestions (tenant_id, status);
 
 -- Idempotency by event identity: the last version of each aggregate applied by a projection.
 CREATE TABLE IF NOT EXISTS {s}.projection_tracking (

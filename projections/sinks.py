@@ -20,21 +20,24 @@ from projections.ops import (
     CASE_COLUMNS,
     CHANGEABLE,
     FROM_SLOT,
+    RECORDS,
     SLOT_COLUMNS,
     AddProposal,
     ChangeCard,
+    ChangeRecord,
     DecideCase,
     PutCard,
     PutCase,
     PutEdge,
     PutNode,
+    PutRecord,
     PutSlot,
 )
 
 #: Changes that append to an array column what it does not hold yet: change → column.
 ADDED = {"added_tags": "tags", "added_terms": "terms"}
 #: The text-array columns, passed as :func:`array_literal` s.
-ARRAYS = frozenset({"tags", "terms", "bigrams", "current_values", "slot_words"})
+ARRAYS = frozenset({"tags", "terms", "bigrams", "current_values", "slot_words", "card_ids"})
 
 
 def array_literal(items: list[str] | None) -> str | None:
@@ -145,6 +148,8 @@ class PostgresSink:
             "UPDATE {}.arbitration_queue SET proposed_value = %s, proposed_card_id = %s, "
             "proposed_valid_from = %s, reason = %s WHERE tenant_id = %s AND case_id = %s").format(s)
         self._changes: dict[tuple[str, ...], str] = {}
+        self._records = {table: _insert(s, table, columns).as_string(None)
+                         for table, (_, columns) in RECORDS.items()}
         for name, value in list(vars(self).items()):  # render once: composing per call is slow
             if isinstance(value, sql.Composable):
                 setattr(self, name, value.as_string(None))
@@ -153,6 +158,7 @@ class PostgresSink:
             PutNode: self._put_node, PutSlot: self._put_slot, PutCard: self._put_card,
             ChangeCard: self._change_card, PutEdge: self._put_edge, PutCase: self._put_case,
             AddProposal: self._add_proposal, DecideCase: self._decide_case,
+            PutRecord: self._put_record, ChangeRecord: self._change_record,
         }
 
     def apply_all(self, cur: psycopg.Cursor[Any], ops: Iterable[Any]) -> None:
@@ -239,6 +245,19 @@ class PostgresSink:
         cur.execute(self._decide, (op.decision, op.decided_by, op.decided_at, op.tenant_id,
                                    op.case_id))
 
+    def _put_record(self, op: PutRecord, cur: psycopg.Cursor[Any]) -> None:
+        _, columns = RECORDS[op.table]
+        cur.execute(self._records[op.table], [_param(c, op.row.get(c)) for c in columns])
+
+    def _change_record(self, op: ChangeRecord, cur: psycopg.Cursor[Any]) -> None:
+        key, _ = RECORDS[op.table]
+        statement = sql.SQL("UPDATE {}.{} SET {} WHERE tenant_id = %s AND {} = %s").format(
+            self._schema, sql.Identifier(op.table),
+            sql.SQL(", ").join(sql.SQL("{} = %s").format(sql.Identifier(c)) for c in op.changes),
+            sql.Identifier(key))
+        cur.execute(statement, [*(_param(c, v) for c, v in op.changes.items()), op.tenant_id,
+                                op.record_id])
+
 
 class MemorySink:
     """Builds every read-model row in dictionaries; :meth:`rows` gives them table by table.
@@ -256,12 +275,15 @@ class MemorySink:
         #: Each edge with the notification that first made it, and when.
         self.edges: dict[tuple[str, UUID, UUID, str], tuple[int, datetime]] = {}
         self.cases: dict[tuple[str, UUID], dict[str, Any]] = {}
+        #: Record tables (``projections.ops.RECORDS``): table → (tenant, id) → row.
+        self.records: dict[str, dict[tuple[str, UUID], dict[str, Any]]] = {t: {} for t in RECORDS}
         #: The notification whose operations are being applied.
         self.position = 0
         self._rules: dict[type, Callable[[Any], None]] = {
             PutNode: self._put_node, PutSlot: self._put_slot, PutCard: self._put_card,
             ChangeCard: self._change_card, PutEdge: self._put_edge, PutCase: self._put_case,
             AddProposal: self._add_proposal, DecideCase: self._decide_case,
+            PutRecord: self._put_record, ChangeRecord: self._change_record,
         }
 
     def apply_all(self, ops: list[Any]) -> None:
@@ -289,6 +311,16 @@ class MemorySink:
                 key, table = (op.row["tenant_id"], op.row["slot_id"]), self.slots
             elif kind is PutCase:
                 key, table = (op.row["tenant_id"], op.row["case_id"]), self.cases
+            elif kind is PutRecord:
+                column, columns = RECORDS[op.table]
+                if set(op.row) != set(columns):
+                    raise ValueError(f"a {op.table} row has the columns {columns}")
+                key, table = (op.row["tenant_id"], op.row[column]), self.records[op.table]
+            elif kind is ChangeRecord:
+                unknown = set(op.changes) - set(RECORDS[op.table][1])
+                if unknown:
+                    raise ValueError(f"no columns {sorted(unknown)} in {op.table}")
+                continue
             else:
                 _rule(self._rules, op)
                 continue
@@ -360,6 +392,13 @@ class MemorySink:
         self.cases.get((op.tenant_id, op.case_id), {}).update(
             decision=op.decision, decided_by=op.decided_by, decided_at=op.decided_at)
 
+    def _put_record(self, op: PutRecord) -> None:
+        key, _ = RECORDS[op.table]
+        self.records[op.table][(op.row["tenant_id"], op.row[key])] = dict(op.row)
+
+    def _change_record(self, op: ChangeRecord) -> None:
+        self.records[op.table].get((op.tenant_id, op.record_id), {}).update(op.changes)
+
     @staticmethod
     def _version(row: dict[str, Any], since: datetime) -> dict[str, Any]:
         return {
@@ -388,4 +427,6 @@ class MemorySink:
                                [(*key, at) for key, (_, at) in self.edges.items()]),
             "arbitration_queue": (case_columns, [
                 tuple(r[c] for c in case_columns) for r in self.cases.values()]),
+            **{table: (columns, [tuple(r[c] for c in columns) for r in self.records[table].values()])
+               for table, (_, columns) in RECORDS.items()},
         }

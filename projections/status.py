@@ -67,10 +67,12 @@ class Status:
 
 
 def read_status(db: Database, settings: Settings) -> Status:
-    """Read as the projector role, which may read every tenant's bookkeeping."""
+    """Read as the projector role, which may read every tenant's bookkeeping. Each statement
+    is its own transaction: a process bootstrapping the schema meanwhile (its DDL locks the tables
+    one after the other) never waits on a lock this reading holds, nor this on one of its."""
     events = sql.Identifier(settings.event_schema)
     read = sql.Identifier(settings.read_schema)
-    with db.connect() as conn:
+    with db.connect(autocommit=True) as conn:
         head = conn.execute(sql.SQL("SELECT coalesce(max(notification_id), 0) FROM {}.{}").format(
             events, sql.Identifier(EVENTS_TABLE))).fetchone()[0]  # type: ignore[index]
         relay = _relay_position(conn, settings)
@@ -152,7 +154,8 @@ def not_initialised(error: psycopg.Error, settings: Settings) -> NotInitialisedE
 def _relay_position(conn: Any, settings: Settings) -> int | None:
     try:
         with conn.transaction():
-            row = conn.execute(sql.SQL("SELECT max(position) FROM {}.relay_position").format(
+            row = conn.execute(sql.SQL(  # the ingest relay carries only turns: not the log's lag
+                "SELECT max(position) FROM {}.relay_position WHERE relay_name <> 'ingest'").format(
                 sql.Identifier(settings.event_schema))).fetchone()
     except Exception:  # no relay has run against this store yet
         return None

@@ -1,1 +1,2 @@
-"""The application: commands over the domain, and the command line."""
+"""The application: commands over the domain, the query side, ingest and consolidation; the
+edges in ``services/entrypoints``."""

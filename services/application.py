@@ -18,9 +18,9 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
-from eventsourcing.application import AggregateNotFoundError, Application
+from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import IntegrityError, JSONTranscoder, PersistenceError
+from eventsourcing.persistence import IntegrityError, JSONTranscoder, PersistenceError, Recording
 
 from domain.base import TenantAggregate, derived_id
 from domain.errors import (
@@ -35,6 +35,7 @@ from domain.rules.validation import check_fields
 from domain.values import check_tenant
 from infra.transcodings import register_domain_transcodings
 from services.commands import Command, WriteResult
+from services.commit import GroupCommit
 from services.locks import LocalLocks, PostgresLocks, Turn
 
 Clock = Callable[[], datetime]
@@ -55,7 +56,9 @@ class BaseApplication(Application[UUID]):
     reloads and decides again after losing a race all the same (a slot two writers open at once;
     a lock not had in time); ``conflict_backoff``: the longest pause before such a retry, in
     seconds (a random share of it, 5 ms doubling per retry up to it; 0 = none);
-    ``lock_connections``: how many PostgreSQL lock sessions one process may hold at once."""
+    ``lock_connections``: how many PostgreSQL lock sessions one process may hold at once;
+    ``group_commit``: the decisions of concurrent commands are saved in one transaction
+    (``services.commit``)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Every subclass shares one event store (``palimpsest_events``), whatever its class name.
@@ -67,7 +70,7 @@ class BaseApplication(Application[UUID]):
     def __init__(
         self, env: dict[str, str], policy: Policy | None = None, clock: Clock = utc_now,
         conflict_retries: int = 3, conflict_lock: bool = True, conflict_backoff: float = 0.05,
-        lock_connections: int = 8,
+        lock_connections: int = 8, group_commit: bool = True,
     ) -> None:
         super().__init__(env=env)
         self.policy = policy or Policy()
@@ -75,6 +78,7 @@ class BaseApplication(Application[UUID]):
         self.conflict_retries = conflict_retries
         self.conflict_backoff = conflict_backoff
         self.locks = self._make_locks(lock_connections) if conflict_lock else None
+        self.group_commit = GroupCommit(self._record) if group_commit else None
 
     def _make_locks(self, connections: int) -> LocalLocks:
         datastore: Any = getattr(self.recorder, "datastore", None)
@@ -142,7 +146,7 @@ class BaseApplication(Application[UUID]):
                         timestamp=now,
                     ))
                 try:
-                    recordings = self.save(*aggregates)
+                    recordings = self._save(aggregates)
                 except IntegrityError:  # another writer moved an aggregate first
                     lost += 1
                     if lost > self.conflict_retries:
@@ -155,6 +159,17 @@ class BaseApplication(Application[UUID]):
                     raise StoreUnavailableError(f"the event store failed: {error}") from error
                 position = max((r.notification.id for r in recordings), default=None)
                 return answer.model_copy(update={"position": position})
+
+    def _save(self, aggregates: Sequence[Aggregate]) -> list[Recording[UUID]]:
+        """``save``, in one transaction with the decisions of concurrent commands when grouped."""
+        if self.group_commit is None:
+            return self.save(*aggregates)
+        decision: ProcessingEvent[UUID] = ProcessingEvent()
+        decision.collect_events(*aggregates)
+        recordings = self.group_commit.save(decision)
+        self._take_snapshots(decision)
+        self._notify(recordings)
+        return recordings
 
     def _back_off(self, lost: int) -> None:
         """A random pause, up to ``conflict_backoff`` and growing with each retry: writers that

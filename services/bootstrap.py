@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from infra.postgres import Database
 from infra.settings import Settings
 from services.application import Clock, utc_now
-from services.entrypoints.operations import PendingWrites
 from services.factory import create_app, create_queries
 from services.keys import KeyStore, MemoryKeyStore, PostgresKeyStore
 from services.memory import Palimpsest
+from services.pending import PendingWrites
 from services.queries import Queries
 
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -198,6 +198,27 @@ class Calls:
     def get(path: str, text: bool = False) -> Call:
         return Call("GET", path, text=text)
 
+    @staticmethod
+    def ingest(turns: Sequence[Mapping[str, Any]]) -> Call:
+        return Call("POST", "/v1/ingest", {"turns": [_clean(t) for t in turns]})
+
+    @staticmethod
+    def ingestions(options: dict[str, Any]) -> Call:
+        return Call("GET", "/v1/ingest", params=_clean(options))
+
+    @staticmethod
+    def proposals(options: dict[str, Any]) -> Call:
+        return Call("GET", "/v1/proposals", params=_clean(options))
+
+    @staticmethod
+    def review(reviews: Sequence[Mapping[str, Any]], reviewed_by: str | None) -> Call:
+        return Call("POST", "/v1/proposals/review",
+                    _clean({"reviews": [_clean(r) for r in reviews], "reviewed_by": reviewed_by}))
+
+    @staticmethod
+    def rerun(ingestion_id: Id) -> Call:
+        return Call("POST", f"/v1/ingest/{_segment(str(ingestion_id))}/rerun", {})
+
 
 def _segment(value: str) -> str:
     """One path segment, escaped (a subject may hold any character but ``/``)."""
@@ -310,6 +331,29 @@ class Operations(ABC, Generic[R, T]):
     def arbitrations(self, **options: Any) -> R:
         """The tenant's pending arbitration cases."""
         return self._send(Calls.arbitrations(options))
+
+    def ingest(self, turns: Sequence[Mapping[str, Any]]) -> R:
+        """Hand over conversation turns (each: ``session_id``, ``turn_id``, ``role``, ``text``,
+        ``said_at``, ``timezone``, optional ``agent_id``); each turn's ingestion and event-card
+        ids, at once, and whether extraction is on."""
+        return self._send(Calls.ingest(turns))
+
+    def ingestions(self, **options: Any) -> R:
+        """Ingested turns (``status="dead_letter"``: the ones to re-run), counts per status."""
+        return self._send(Calls.ingestions(options))
+
+    def rerun_ingestion(self, ingestion_id: Id) -> R:
+        """Re-run a dead-lettered turn's extraction."""
+        return self._send(Calls.rerun(ingestion_id))
+
+    def proposals(self, **options: Any) -> R:
+        """Consolidation proposals (``review``: pending (default), accepted, rejected or all)."""
+        return self._send(Calls.proposals(options))
+
+    def review_proposals(self, reviews: Sequence[Mapping[str, Any]],
+                         reviewed_by: str | None = None) -> R:
+        """Accept or reject proposals: each ``{"proposal_id", "decision": accept|reject, "note"}``."""
+        return self._send(Calls.review(reviews, reviewed_by))
 
     def status(self) -> R:
         """The key's tenant and scopes, its projected position and the pipeline's liveness."""

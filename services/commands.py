@@ -6,6 +6,7 @@ No command carries a tenant: the tenant comes from the caller's credentials and 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 from uuid import UUID
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -156,3 +157,66 @@ class WriteResult(BaseModel):
     #: from its receipt.
     position: int | None = None
     replayed: bool = False
+
+
+class IngestTurn(Command):
+    """One conversation turn to store and extract from. ``said_at``: when it was said (aware; a
+    backfill of old conversations keeps their times); ``timezone``: the user's IANA zone, against
+    which the extraction resolves relative times (昨天, last week)."""
+
+    session_id: str = Field(min_length=1, max_length=200)
+    turn_id: str = Field(min_length=1, max_length=200)
+    #: user, assistant, system or tool.
+    role: str
+    text: str
+    said_at: datetime
+    timezone: str = "UTC"
+    agent_id: str | None = Field(default=None, max_length=200)
+
+
+class IngestResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    ingestion_id: UUID
+    #: The turn's episodic record, searchable once projected.
+    event_card_id: UUID
+    #: The notification id of the last event stored; None when the turn was stored before.
+    position: int | None = None
+    #: The same turn (tenant, session, turn) was stored before: nothing new was stored.
+    replayed: bool = False
+
+
+class RerunIngestion(Command):
+    ingestion_id: UUID
+    requested_by: str = Field(min_length=1, max_length=200)
+
+
+class RecordExtraction(Command):
+    """The extraction worker's validated candidates for a turn (plain JSON-valued dicts, each
+    with its time decision), the model that made them and how many calls it took."""
+
+    ingestion_id: UUID
+    candidates: tuple[dict[str, Any], ...]
+    model: str = Field(min_length=1, max_length=200)
+    attempts: int = Field(ge=0)
+
+
+class RecordApplied(Command):
+    ingestion_id: UUID
+    card_ids: tuple[UUID, ...]
+
+
+class RecordDeadLetter(Command):
+    ingestion_id: UUID
+    error: str
+    attempts: int = Field(ge=0)
+
+
+class ReviewProposal(Command):
+    """Accept or reject a consolidation proposal (``decision``: accept | reject). Accepting runs
+    the ordinary command its edge names first (merge, link, revise)."""
+
+    proposal_id: UUID
+    decision: str
+    reviewed_by: str = Field(min_length=1, max_length=200)
+    note: str = Field(default="", max_length=2_000)

@@ -18,7 +18,7 @@ def create_app(
     settings = settings or Settings()
     return app_class(
         env=event_store_env(settings), policy=settings.policy(), clock=clock,
-        conflict_retries=settings.conflict_retries,
+        conflict_retries=settings.conflict_retries, group_commit=settings.group_commit,
     )
 
 

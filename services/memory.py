@@ -40,6 +40,8 @@ from services.commands import (
     Verify,
     WriteResult,
 )
+from services.consolidation import ProposalCommands
+from services.ingest.commands import IngestCommands
 
 
 def _result(outcome: WriteOutcome, slot: Slot) -> WriteResult:
@@ -57,7 +59,7 @@ def _parse(enum: Any, value: str, what: str) -> Any:
         raise InvalidKindError(f"unknown {what} {value!r}; expected one of {choices}") from None
 
 
-class Palimpsest(BaseApplication):
+class Palimpsest(IngestCommands, ProposalCommands, BaseApplication):
     # ---- remember: one entry point for every kind ---------------------------------------
 
     def remember(self, tenant_id: str, command: Remember) -> WriteResult:

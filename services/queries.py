@@ -13,16 +13,20 @@ from psycopg import sql
 from pydantic import BaseModel
 
 from domain.errors import CardNotFoundError, InvalidCommandError
+from domain.ingestion import IngestStatus
 from domain.rules.commitments import UNRESOLVED, reads_as
 from domain.rules.validation import check_text
 from infra.settings import Settings
 from projections import predicates
 from services.application import Clock
-from services.readmodels import KNOWN_BOUNDS, ReadModels
+from services.readmodels import KNOWN_BOUNDS, IngestionRecord, ProposalRecord, ReadModels
 from services.retrieval.postprocess import PendingWrite
 from services.retrieval.query import RetrievalQuery
 from services.retrieval.results import RetrievalResult
 from services.retrieval.retriever import Retriever
+
+#: The most ingested turns one listing returns.
+MAX_INGESTIONS = 1_000
 
 _CARD_FIELDS = """card_id, aggregate_id, kind, memory_type, scope, project_id, group_id, subject,
     label, cardinality, content AS value, title, status, owner, due_at, valid_from, valid_to,
@@ -214,6 +218,38 @@ class Queries:
             )
         return briefing
 
+
+    def ingestions(self, tenant_id: str, status: str | None = None,
+                   limit: int = 100) -> list[IngestionRecord]:
+        """The tenant's ingested turns, newest first (``status``: received, extracted, applied or
+        dead_letter — the dead letters to re-run), at most ``limit`` (1–1000)."""
+        if status is not None:
+            try:
+                status = IngestStatus(status).value
+            except ValueError:
+                choices = ", ".join(s.value for s in IngestStatus)
+                raise InvalidCommandError(
+                    f"unknown ingestion status {status!r}; expected one of {choices}") from None
+        if not 1 <= limit <= MAX_INGESTIONS:
+            raise InvalidCommandError(f"limit must lie in 1..{MAX_INGESTIONS}, got {limit}")
+        return self.read.ingestions(tenant_id, status, limit)
+
+    def ingest_counts(self, tenant_id: str) -> dict[str, int]:
+        """How many of the tenant's ingested turns stand at each status (every status named,
+        zero included): what ``status`` shows."""
+        counts = self.read.ingest_counts(tenant_id)
+        return {s.value: counts.get(s.value, 0) for s in IngestStatus}
+
+    def proposals(self, tenant_id: str, review: str | None = None,
+                  limit: int = 100) -> list[ProposalRecord]:
+        """The tenant's consolidation proposals, newest first: all, or those ``pending`` review,
+        ``accepted`` or ``rejected``; at most ``limit`` (1–1000)."""
+        if review not in (None, "pending", "accepted", "rejected"):
+            raise InvalidCommandError(
+                f"unknown review {review!r}; expected pending, accepted or rejected")
+        if not 1 <= limit <= 1_000:
+            raise InvalidCommandError(f"limit must lie in 1..1000, got {limit}")
+        return self.read.proposals(tenant_id, review, limit)
 
 def _match(ref: str) -> str:
     if _uuid(ref) is not None:

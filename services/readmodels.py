@@ -21,6 +21,8 @@ from pydantic import BaseModel
 
 from domain.values import check_tenant
 from infra.postgres import Database
+from infra.vectors import VectorTypes
+from projections import consolidation_sql
 from projections.cards import NAME
 from projections.predicates import CURRENT, SUPERSEDED_AS_OF, VERSION_AS_OF
 
@@ -47,6 +49,30 @@ class CardRecord(BaseModel):
     verified_at: datetime | None = None
     due_at: datetime | None = None
     owner: str | None = None
+
+
+class IngestionRecord(BaseModel):
+    """A row of ``ingestions``: one ingested turn and where it stands in extraction."""
+
+    tenant_id: str
+    ingestion_id: UUID
+    event_card_id: UUID
+    session_id: str
+    turn_id: str
+    role: str
+    agent_id: str | None
+    said_at: datetime
+    timezone: str
+    received_at: datetime
+    #: received | extracted | applied | dead_letter
+    status: str
+    attempts: int
+    error: str | None
+    #: How many candidate cards the model proposed (once extracted).
+    candidates: int | None
+    #: The cards the candidates became (once applied).
+    card_ids: list[UUID] | None
+    updated_at: datetime
 
 
 class Freshness(BaseModel):
@@ -143,6 +169,22 @@ class ReadModels:
         with self.tenant(tenant_id) as conn:
             return conn.execute(query, (card_id,)).fetchall()
 
+    def ingestions(self, tenant_id: str, status: str | None, limit: int) -> list[IngestionRecord]:
+        """The tenant's ingested turns, newest first; with ``status``, only those."""
+        query = sql.SQL(
+            "SELECT * FROM {s}.ingestions WHERE (%(status)s::text IS NULL OR status = %(status)s) "
+            "ORDER BY received_at DESC, ingestion_id LIMIT %(limit)s").format(s=self.schema)
+        with self.tenant(tenant_id) as conn:
+            rows = conn.execute(query, {"status": status, "limit": limit}).fetchall()
+        return [IngestionRecord(**row) for row in rows]
+
+    def ingest_counts(self, tenant_id: str) -> dict[str, int]:
+        """How many of the tenant's ingested turns stand at each status (present ones only)."""
+        query = sql.SQL("SELECT status, count(*) AS n FROM {s}.ingestions GROUP BY status").format(
+            s=self.schema)
+        with self.tenant(tenant_id) as conn:
+            return {row["status"]: int(row["n"]) for row in conn.execute(query).fetchall()}
+
     def projected(self, tenant_id: str) -> int:
         with self.tenant(tenant_id) as conn:
             return self.position(conn, tenant_id)
@@ -165,3 +207,71 @@ class ReadModels:
                 return Freshness(position=position, projected=projected,
                                  stale_by=max(position - projected, 0))
             time.sleep(poll)
+
+    # ---- consolidation (services.consolidation) ---------------------------------------------
+
+    def consolidation_rows(self, tenant_id: str, max_cards: int) -> dict[str, list[dict[str, Any]]]:
+        """What a consolidation scan of the tenant decides on, read in one transaction
+        (:mod:`projections.consolidation_sql`): the ``vectors`` of the newest ``max_cards``
+        compared cards (embeddings as float32 numpy arrays), ``items``, ``singles``,
+        ``both_valid`` pairs, then the ``cards`` all of them name and the ``links`` and
+        ``proposed`` pairs already touching those cards (or their slots)."""
+        q = consolidation_sql.statements(self.schema)
+        with self.tenant(tenant_id) as conn:
+            VectorTypes().register(conn)
+            rows = {name: conn.execute(q[name]).fetchall()
+                    for name in ("items", "singles", "both_valid")}
+            rows["vectors"] = [
+                {**row, "embedding": row["embedding"].to_numpy()} for row in conn.execute(
+                    q["vectors"], {"max_cards": max_cards}, binary=True).fetchall()]
+            paired = sorted({row[end] for row in rows["both_valid"] for end in ("a_id", "b_id")})
+            rows["cards"] = [*rows["vectors"], *rows["items"], *rows["singles"],
+                             *conn.execute(q["cards"], {"ids": paired}).fetchall()]
+            ids = sorted({card[key] for card in rows["cards"] for key in ("card_id", "aggregate_id")})
+            rows["links"] = conn.execute(q["links"], {"ids": ids}).fetchall()
+            rows["proposed"] = conn.execute(q["proposed"], {"ids": ids}).fetchall()
+        return rows
+
+    def consolidation_mark(self, tenant_id: str) -> tuple[int, int]:
+        """(projected position, embeddings): when neither moved, a scan would find what the last
+        one found."""
+        q = consolidation_sql.statements(self.schema)
+        with self.tenant(tenant_id) as conn:
+            row = conn.execute(q["mark"], {"projection": NAME, "tenant": tenant_id}).fetchone()
+        return (int(row["position"] or 0), int(row["embeddings"])) if row else (0, 0)
+
+    def card_aggregates(self, tenant_id: str, card_ids: list[UUID]) -> dict[UUID, UUID]:
+        """The aggregate each card lives in: its slot for a state card, itself otherwise."""
+        q = consolidation_sql.statements(self.schema)
+        with self.tenant(tenant_id) as conn:
+            rows = conn.execute(q["cards"], {"ids": card_ids}).fetchall()
+        return {row["card_id"]: row["aggregate_id"] for row in rows}
+
+    def proposals(self, tenant_id: str, review: str | None, limit: int) -> list[ProposalRecord]:
+        """The tenant's consolidation proposals, newest first; ``review``: ``pending``,
+        ``accepted`` or ``rejected`` (None: all)."""
+        q = consolidation_sql.statements(self.schema)
+        with self.tenant(tenant_id) as conn:
+            rows = conn.execute(q["proposals"], {"review": review, "limit": limit}).fetchall()
+        return [ProposalRecord(**row) for row in rows]
+
+
+class ProposalRecord(BaseModel):
+    """A row of ``proposals``: two cards a consolidation scan found alike or at odds, and its
+    review (``review`` None while pending)."""
+
+    proposal_id: UUID
+    #: duplicate | contradiction
+    kind: str
+    src_id: UUID
+    dst_id: UUID
+    #: What accepting it does: merge, related_to, contradicts, supersedes or updates.
+    edge: str
+    rationale: str
+    score: float
+    proposed_at: datetime
+    #: accepted | rejected; None while pending.
+    review: str | None
+    reviewed_at: datetime | None
+    reviewed_by: str | None
+    note: str | None

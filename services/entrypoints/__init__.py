@@ -1,1 +1,3 @@
-"""The edges: REST, MCP and the process mains. They decode, call one operation, encode."""
+"""The edges: the command line, REST, MCP and the process mains (serve, pipeline, relay, projector,
+ingest, rebuild, demo). They decode, call one operation, encode; only they import
+``services.bootstrap``."""

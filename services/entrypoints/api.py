@@ -16,19 +16,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 from uuid import UUID
 
 import psycopg
-from fastapi import Body, Depends, FastAPI, Header, Path, Query, Request
+from fastapi import Body, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError, create_model
 
 from domain.errors import InvalidCommandError, PalimpsestError, PayloadTooLargeError
 from services.bootstrap import Services
 from services.commands import WriteResult
 from services.entrypoints import schemas as s
+from services.entrypoints.api_ingest import ingest_routes, review_routes
 from services.entrypoints.errors import answer
 from services.entrypoints.metrics import ApiMetrics, Timing
 from services.entrypoints.operations import OPERATIONS
+from services.entrypoints.params import CardId, IdempotencyKey, Key, KnownAt, MinPosition, ValidAt
 from services.entrypoints.readiness import readiness
 from services.slicing import CardCounts, CardPage, CardSlice
 
@@ -39,17 +41,6 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
-
-_bearer = HTTPBearer(auto_error=False, description="An API key: `palimpsest keys create`.")
-Key = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-IdempotencyKey = Annotated[str | None, Header(
-    alias="Idempotency-Key", min_length=1, max_length=200,
-    description="Stores the command once: a retry answers the same (the body's request_id).")]
-CardId = Annotated[UUID, Path(description="A card id.")]
-MinPosition = Annotated[int | None, Query(ge=0, description="A write's position: wait for it.")]
-ValidAt = Annotated[AwareDatetime | None, Query(description="As of this world time.")]
-KnownAt = Annotated[AwareDatetime | None, Query(description="As known at this time.")]
-
 
 class BodyLimit:
     """Refuse (413) a request body over ``limit`` bytes before the application reads it: at once by
@@ -295,6 +286,9 @@ def _routes(api: FastAPI, call: Call, write: Write) -> None:  # noqa: C901 - one
              summary=OPERATIONS["status"].summary)
     def status(key: Key) -> Any:
         return call("status", key, {})
+
+    ingest_routes(api, call, write, v1)
+    review_routes(api, call, v1)
 
 
 if TYPE_CHECKING:

@@ -17,10 +17,12 @@ from pydantic import ValidationError
 
 from domain import errors as e
 from infra.embedders import EmbeddingError, EmbeddingUnavailableError
+from infra.llm import LLMError
 from infra.locale_check import UnsupportedLocaleError
 from projections.bulk import RowsRefusedError
 from projections.failures import ParkedEventNotFoundError
 from projections.projector import ProjectionError, ProjectionUnavailableError
+from services.ingest.extraction import ExtractionFailed
 from services.timeexpr import AmbiguousTimeError
 
 
@@ -72,6 +74,8 @@ STATUS: dict[type[e.PalimpsestError], tuple[int, str]] = {
     ProjectionError: (500, "projection_failed"),
     ProjectionUnavailableError: (503, "projection_unavailable"),
     RowsRefusedError: (500, "rows_refused"),
+    LLMError: (503, "llm_unavailable"),
+    ExtractionFailed: (503, "extraction_failed"),
 }
 
 

@@ -50,7 +50,8 @@ from domain.errors import AuthenticationError, PalimpsestError
 from infra.settings import Settings
 from services.bootstrap import Services
 from services.entrypoints.errors import answer, tool_error_text
-from services.entrypoints.operations import OPERATIONS, Operation
+from services.entrypoints.operation import Operation
+from services.entrypoints.operations import OPERATIONS
 from services.keys import Principal
 
 log = logging.getLogger(__name__)
@@ -132,6 +133,11 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("context", "context", "Prompt context"),
     ToolSpec("list_cards", "list_cards", "List cards along the six axes"),
     ToolSpec("count_cards", "count_cards", "Count cards along the six axes"),
+    ToolSpec("ingest", "ingest", "Ingest conversation turns"),
+    ToolSpec("ingestions", "ingestions", "Ingested turns and dead letters"),
+    ToolSpec("rerun_ingestion", "rerun_ingestion", "Re-run a dead-lettered turn"),
+    ToolSpec("proposals", "proposals", "Consolidation proposals"),
+    ToolSpec("review_proposals", "review_proposals", "Review consolidation proposals"),
 )
 
 

@@ -1,33 +1,23 @@
 """The use cases every edge offers, in one table: REST and MCP call the same operation with the
 same input model, so they give the same answer for the same call.
 
-Each :class:`Operation` names the scope it needs and how it behaves (read-only, destructive,
-idempotent: MCP's tool annotations). :meth:`Operation.run` checks the key's scope, validates the
-input, refuses a tenant named in it that is not the key's, and calls the use case with the
+Each :class:`services.entrypoints.operation.Operation` names the scope it needs and how it
+behaves; :meth:`~services.entrypoints.operation.Operation.run` checks the key's scope, validates
+the input, refuses a tenant named in it that is not the key's, and calls the use case with the
 key's tenant. Writes answer their ``position``; a state a write created is kept in
-:class:`PendingWrites` until the read models include it, so a search by the same tenant at once
-shows it (DESIGN §3, the read-your-writes overlay).
+:class:`services.pending.PendingWrites` until the read models include it, so a search by the same
+tenant at once shows it (DESIGN §3, the read-your-writes overlay).
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any
 from uuid import UUID
 
 from psycopg import sql
 from pydantic import BaseModel
 
-from domain.errors import (
-    CardNotFoundError,
-    ContentTooLargeError,
-    InvalidKindError,
-    PermissionDeniedError,
-    TooManyTagsError,
-)
+from domain.errors import CardNotFoundError, InvalidKindError
 from domain.rules.commitments import reads_as
 from domain.values import MemoryType
 from services import slicing
@@ -43,105 +33,22 @@ from services.commands import (
 )
 from services.context import render
 from services.entrypoints import schemas as s
-from services.keys import Principal, require
+from services.entrypoints.ingest_ops import INGEST_OPERATIONS
+from services.entrypoints.operation import Operation
+from services.entrypoints.review_ops import REVIEW_OPERATIONS
+from services.ingest.extraction import extraction_off_reason
+from services.keys import Principal
 from services.readmodels import Freshness
 from services.retrieval.candidates import load_candidates
-from services.retrieval.postprocess import PendingWrite, pending_state
+from services.retrieval.postprocess import pending_state
 from services.retrieval.query import RetrievalQuery
 from services.slicing import CardCounts, CardPage, CardSlice
 
 if TYPE_CHECKING:
     from services.bootstrap import Services
 
-I = TypeVar("I", bound=BaseModel)  # noqa: E741 - the input model
-O = TypeVar("O", bound=BaseModel)  # noqa: E741 - the output model
-
-
-@dataclass(frozen=True)
-class Operation(Generic[I, O]):
-    name: str
-    summary: str
-    input: type[I]
-    output: type[O]
-    scope: str
-    handler: Callable[[Services, Principal, I], O]
-    read_only: bool = False
-    destructive: bool = False
-    idempotent: bool = False
-
-    def parse(self, services: Services, payload: I | Mapping[str, Any]) -> I:
-        """The input, validated and within the size limits: no database work."""
-        data = payload if isinstance(payload, self.input) else self.input.model_validate(payload)
-        check_limits(services, data)
-        return data
-
-    def run(self, services: Services, principal: Principal, payload: I | Mapping[str, Any]) -> O:
-        require(principal, self.scope)
-        data = self.parse(services, payload)
-        named = getattr(data, "tenant_id", None)
-        if named is not None and named != principal.tenant_id:
-            raise PermissionDeniedError("the tenant comes from the key: this key is not "
-                                        f"{named!r}'s")
-        return self.handler(services, principal, data)
-
-
-class PendingWrites:
-    """Per tenant, the states this process wrote that the read models may not hold yet (for the
-    overlay), and the slot of each card it wrote lately (so a revise of a card not projected yet
-    finds it). Bounded: the oldest go first."""
-
-    def __init__(self, most: int = 1_000) -> None:
-        self._most = most
-        self._writes: dict[str, list[PendingWrite]] = {}
-        self._slots: OrderedDict[tuple[str, UUID], UUID] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def add(self, tenant_id: str, result: WriteResult, write: PendingWrite | None) -> None:
-        with self._lock:
-            if result.card_id is not None and result.aggregate_id is not None:
-                self._slots[(tenant_id, result.card_id)] = result.aggregate_id
-                while len(self._slots) > self._most:
-                    self._slots.popitem(last=False)
-            if write is not None:
-                writes = self._writes.setdefault(tenant_id, [])
-                writes.append(write)
-                del writes[:-self._most]
-
-    def of(self, tenant_id: str) -> list[PendingWrite]:
-        with self._lock:
-            return list(self._writes.get(tenant_id, ()))
-
-    def projected(self, tenant_id: str, position: int | None) -> None:
-        """The read models include ``position``: forget the writes they now hold."""
-        if position is None:
-            return
-        with self._lock:
-            kept = [w for w in self._writes.get(tenant_id, ()) if w.position > position]
-            if kept:
-                self._writes[tenant_id] = kept
-            else:
-                self._writes.pop(tenant_id, None)
-
-    def slot_of(self, tenant_id: str, card_id: UUID) -> UUID | None:
-        with self._lock:
-            return self._slots.get((tenant_id, card_id))
-
 
 # --- writes ---------------------------------------------------------------------------------
-
-
-def check_limits(services: Services, data: BaseModel) -> None:
-    """The size limits of a write's text and tags (``PALIMPSEST_MAX_CONTENT_CHARS``,
-    ``_MAX_TAGS``), checked before any work."""
-    settings = services.settings
-    for name in ("content", "description"):
-        text = getattr(data, name, None)
-        if isinstance(text, str) and len(text) > settings.max_content_chars:
-            raise ContentTooLargeError(f"{name} holds {len(text)} characters; at most "
-                                       f"{settings.max_content_chars}")
-    tags = getattr(data, "tags", None) or ()
-    if len(tags) > settings.max_tags:
-        raise TooManyTagsError(f"{len(tags)} tags; at most {settings.max_tags}")
 
 
 def _command(data: BaseModel, cls: type[Any], **extra: Any) -> Any:
@@ -328,10 +235,13 @@ def status(services: Services, who: Principal, data: s.StatusInput) -> s.StatusO
         pipeline = s.PipelineStatus(head=found.head, projection_lag=projection.lag,
                                     relay_lag=found.relay_lag,
                                     liveness={role: part.state for role, part in found.liveness.items()})
+    note = extraction_off_reason(services.settings)
+    ingest = s.IngestStatus(extraction=note is None, note=note,
+                            turns=services.queries.ingest_counts(who.tenant_id))
     return s.StatusOutput(tenant_id=who.tenant_id, key_id=who.key_id, scopes=sorted(who.scopes),
                           projected_position=projected,
                           pending_writes=len(services.pending.of(who.tenant_id)), parked=parked,
-                          pipeline=pipeline)
+                          pipeline=pipeline, ingest=ingest)
 
 
 def list_cards(services: Services, who: Principal, data: s.CardsInput) -> CardPage:
@@ -395,5 +305,7 @@ OPERATIONS: dict[str, Operation[Any, Any]] = _table(
               s.CardsInput, CardPage, READ, list_cards, read_only=True, idempotent=True),
     Operation("count_cards", "How many cards a slice keeps, grouped by one axis.", s.CardsInput,
               CardCounts, READ, count_cards, read_only=True, idempotent=True),
+    *INGEST_OPERATIONS,
+    *REVIEW_OPERATIONS,
 )
 

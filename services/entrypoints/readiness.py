@@ -63,7 +63,19 @@ def readiness(services: Services) -> Readiness:
     except (psycopg.Error, OSError) as exc:
         report.checks["database"] = Check(False, f"unreachable: {type(exc).__name__}: {exc}")
     report.checks["broker"] = _broker(services)
+    report.checks["extraction"] = _extraction(services)
     return report
+
+
+def _extraction(services: Services) -> Check:
+    """Informational: serving does not need an LLM (turns are stored either way), so this check
+    never fails readiness; it says whether turns' cards are extracted, and how to turn it on."""
+    from services.ingest.extraction import extraction_off_reason
+
+    off = extraction_off_reason(services.settings)
+    if off is not None:
+        return Check(True, off)
+    return Check(True, f"on: {services.settings.llm_model} at {services.settings.llm_base_url}")
 
 
 def _rls(conn: psycopg.Connection[Any], schema: str) -> Check:

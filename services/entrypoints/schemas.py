@@ -239,6 +239,14 @@ class PipelineStatus(BaseModel):
     liveness: dict[str, str]
 
 
+class IngestStatus(BaseModel):
+    #: Whether turns' cards are extracted (an LLM configured), and if not, how to turn it on.
+    extraction: bool
+    note: str | None = None
+    #: This tenant's ingested turns per status: received, extracted, applied, dead_letter.
+    turns: dict[str, int]
+
+
 class StatusOutput(BaseModel):
     tenant_id: str
     key_id: str
@@ -250,6 +258,7 @@ class StatusOutput(BaseModel):
     #: This tenant's parked events (``palimpsest failures``).
     parked: int
     pipeline: PipelineStatus | None = None
+    ingest: IngestStatus | None = None
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

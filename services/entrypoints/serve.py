@@ -6,15 +6,18 @@ On the embedded default one command starts, in this order:
 * PostgreSQL — the data folder's embedded server (unless ``PALIMPSEST_DATABASE_URL`` is set),
   the event store bootstrapped;
 * the command and query sides and the key store (:func:`services.bootstrap.build_services`);
-* the pipeline of ``palimpsest pipeline`` (:class:`projections.pipeline.Pipeline`): the broker
+* the pipeline of ``palimpsest pipeline`` (:class:`services.entrypoints.pipeline.Pipeline`): the broker
   (the data folder's tansu, kept up on its one port, unless ``PALIMPSEST_KAFKA_BOOTSTRAP`` is
-  set), the relay thread, the Faust projector as a child process with its embedding thread;
+  set), the relay and ingest relay threads, the Faust projector as a child process with its
+  embedding thread, and — when an LLM is configured — the extraction worker as a child process;
+* the consolidation scans, a thread (advisory: they only record proposals);
 * the HTTP server: uvicorn in a thread of this process, REST under ``/v1`` and MCP over
   streamable HTTP at ``/mcp``.
 
-A part that dies is started again: the broker by its keeper, the projector by the pipeline, the
+A part that dies is started again: the broker by its keeper, the projector and the extraction
+worker by the pipeline, the
 HTTP server here (a fresh app on the same port, with backoff). SIGINT or SIGTERM stops them all
-within :data:`projections.pipeline.STOP_SECONDS`: the HTTP server first (requests under way
+within :data:`services.entrypoints.pipeline.STOP_SECONDS`: the HTTP server first (requests under way
 finish: a write is committed to the event store before it is answered, so no accepted write is
 lost; the relay and projector catch up at the next start), then the pipeline, then PostgreSQL
 (left at exit, stopped by the last process in it) — a stop that hangs is forced by
@@ -36,7 +39,7 @@ from infra.embedded_pg import release_embedded
 from infra.processes import process_shutdown
 from infra.settings import Settings
 from infra.supervision import Shutdown
-from projections.pipeline import Pipeline, leave, prepare
+from services.entrypoints.pipeline import Pipeline, leave, prepare
 
 log = logging.getLogger(__name__)
 
@@ -219,6 +222,7 @@ class Service:
             self._started.append(self.services.close)
             self.pipeline = Pipeline(self.settings, self.shutdown, self.services.app.recorder)
             self._started.append(self.pipeline.close)
+            self._start_consolidation()
             key_id, secret = default_key(self.services.keys) if self.make_key else (None, None)
             self.shutdown.on_stop(self.http.request_stop)
             self.http.start()
@@ -228,6 +232,19 @@ class Service:
         self.endpoints = Endpoints(self.http.url, f"{self.http.url}/mcp/" if self.mcp else None,
                                    DEFAULT_TENANT if key_id else None, key_id, secret)
         return self.endpoints
+
+    def _start_consolidation(self) -> None:
+        """The advisory consolidation scans (``consolidation_enabled``), a thread of this
+        process: they only record proposals."""
+        if not self.settings.consolidation_enabled or self.services.monitor is None:
+            return
+        from services.consolidation import consolidation_worker
+
+        worker = consolidation_worker(self.services.app, self.services.queries.read,
+                                      self.services.monitor, self.settings, self.shutdown.stop)
+        worker.start()
+        # a scan under way is left (the thread is a daemon): it only records proposals, each once
+        self._started.append(lambda: worker.stop(timeout=1.0))
 
     def _leave(self) -> None:
         """Leave the embedded PostgreSQL now (it stops when no other live process is in it)

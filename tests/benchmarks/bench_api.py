@@ -97,14 +97,15 @@ class Server:
     lines: list[str] = field(default_factory=list)
 
 
-def start_server(folder: Path, log: Path) -> Server:
-    """``palimpsest serve`` in ``folder``; returns once it printed its banner."""
+def start_server(folder: Path, log: Path, extra: dict[str, str] | None = None) -> Server:
+    """``palimpsest serve`` in ``folder`` (``extra``: more environment); returns once it printed
+    its banner."""
     env = {**os.environ, "PALIMPSEST_DATA_DIR": str(folder / "data"),
-           "PALIMPSEST_API_PORT": str(free_port()), **LIFTED}
+           "PALIMPSEST_API_PORT": str(free_port()), **LIFTED, **(extra or {})}
     env.pop("PALIMPSEST_DATABASE_URL", None)
     env.pop("PALIMPSEST_KAFKA_BOOTSTRAP", None)
-    process = subprocess.Popen([sys.executable, "-m", "services.cli", "serve"], env=env, cwd=folder,
-                               stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
+    process = subprocess.Popen([sys.executable, "-m", "services.entrypoints.cli", "serve"], env=env,
+                               cwd=folder, stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
     assert process.stdout is not None
     lines: queue.Queue[str] = queue.Queue()
 

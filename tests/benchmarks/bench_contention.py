@@ -60,9 +60,9 @@ class CountingApp(Palimpsest):
         super().__init__(**kwargs, conflict_lock=lock, conflict_backoff=backoff)
         self.lost = 0
 
-    def save(self, *aggregates: Any, **kwargs: Any) -> Any:
+    def _save(self, aggregates: Any) -> Any:
         try:
-            return super().save(*aggregates, **kwargs)
+            return super()._save(aggregates)
         except IntegrityError:
             self.lost += 1
             raise

@@ -44,7 +44,7 @@ def spawn(folder: Path, command: tuple[str, ...]) -> subprocess.Popen[bytes]:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("PALIMPSEST_")},
            "PALIMPSEST_DATA_DIR": str(folder / "data"), "PALIMPSEST_PROJECTOR_EMBEDDINGS": "false"}
     log = (folder / f"{command[0]}.log").open("ab")
-    return subprocess.Popen([sys.executable, "-m", "services.cli", *command], env=env, stdout=log,
+    return subprocess.Popen([sys.executable, "-m", "services.entrypoints.cli", *command], env=env, stdout=log,
                             stderr=subprocess.STDOUT)
 
 

@@ -121,7 +121,7 @@ def projector_process(settings: Settings, schema: str, topic: str, log: Path) ->
            "PALIMPSEST_KAFKA_BOOTSTRAP": settings.kafka_bootstrap or "",
            "PALIMPSEST_KAFKA_TOPIC": topic, "PALIMPSEST_READ_SCHEMA": schema,
            "PALIMPSEST_AUTO_BOOTSTRAP": "false", "PALIMPSEST_PROJECTOR_EMBEDDINGS": "false"}
-    return subprocess.Popen([sys.executable, "-m", "services.cli", "project"], env=env,
+    return subprocess.Popen([sys.executable, "-m", "services.entrypoints.cli", "project"], env=env,
                             stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
@@ -205,7 +205,7 @@ def lag(settings: Settings, app: Palimpsest, rate: float, seconds: float, folder
     head = app.recorder.max_notification_id() or 0
     fresh_schema(settings, "bench_lag", head=head)
     relay = subprocess.Popen(  # its own process, as deployed: no GIL shared with the writer
-        [sys.executable, "-m", "services.cli", "relay"],
+        [sys.executable, "-m", "services.entrypoints.cli", "relay"],
         env={**os.environ, "PALIMPSEST_DATA_DIR": str(settings.data_dir),
              "PALIMPSEST_KAFKA_BOOTSTRAP": settings.kafka_bootstrap or "",
              "PALIMPSEST_KAFKA_TOPIC": topic, "PALIMPSEST_AUTO_BOOTSTRAP": "false"},

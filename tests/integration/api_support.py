@@ -16,6 +16,8 @@ from fastapi.testclient import TestClient
 from infra.postgres import Database
 from infra.settings import Settings
 from services.bootstrap import Services, build_services
+from services.commands import IngestTurn
+from services.consolidation import Propose
 from services.entrypoints.api import create_api
 
 #: Small limits, so the oversized cases are cheap to send.
@@ -76,6 +78,9 @@ class World:
     knowledge: dict[str, Any]
     commitment: dict[str, Any]
     queued: dict[str, Any]
+    #: An ingested turn whose extraction failed, and a consolidation proposal, both pending.
+    dead_letter: dict[str, Any]
+    proposal: dict[str, Any]
 
 
 def make_world(client: TestClient, services: Services, admin_db: Database) -> World:
@@ -97,5 +102,21 @@ def make_world(client: TestClient, services: Services, admin_db: Database) -> Wo
                            "due_at": (now + timedelta(days=7)).isoformat()})
     queued = remember(address("Osaka", valid_from=(now - timedelta(days=45)).isoformat()))
     assert queued["outcome"] == "queued", queued
+    dead_letter = _dead_letter(services, tenant, now)
+    twin = remember({"kind": "knowledge", "memory_type": "note", "title": "JWTs",
+                     "content": "JSON web tokens carry signed claims.", "tags": ["jwt"]})
+    proposal = services.app.propose(tenant, Propose(
+        kind="duplicate", src_id=twin["card_id"], dst_id=knowledge["card_id"], edge="merge",
+        rationale="the same concept twice", score=0.97))
     project(services, admin_db)
-    return World(tenant, headers, state, event, knowledge, commitment, queued)
+    return World(tenant, headers, state, event, knowledge, commitment, queued,
+                 {"ingestion_id": str(dead_letter)},
+                 {"proposal_id": str(proposal.aggregate_id), "twin": twin["card_id"]})
+
+
+def _dead_letter(services: Services, tenant: str, now: datetime) -> Any:
+    turn = services.app.ingest_turn(tenant, IngestTurn(
+        session_id="s1", turn_id="1", role="user", text="We talked about the weather", said_at=now,
+        timezone="Asia/Taipei"))
+    services.app.record_dead_letter(tenant, turn.ingestion_id, "the model timed out", 3)
+    return turn.ingestion_id

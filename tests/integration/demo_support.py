@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from infra.settings import Settings
 from services.bootstrap import Services, build_services
 from services.client import Client
-from services.demo import Script, SimulatedClock, run_demo
+from services.entrypoints.demo import Script, SimulatedClock, run_demo
 from services.keys import SCOPES
 from tests.integration.rest_server import ServedApi
 from tests.support import new_tenant

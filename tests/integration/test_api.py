@@ -232,7 +232,8 @@ def test_health_and_ready(client: TestClient) -> None:
     ready = ok(client.get("/ready"))
     assert ready["ready"] is True
     assert set(ready["checks"]) == {"database", "row_level_security", "append_only", "locale",
-                                    "broker"}
+                                    "broker", "extraction"}
+    assert "extraction is off" in ready["checks"]["extraction"]["detail"]
     assert all(check["ok"] for check in ready["checks"].values())
 
 
@@ -314,7 +315,7 @@ def test_a_memory_type_filter_keeps_only_those_types(client: TestClient, service
 
 
 def _keys(settings: Settings, *args: str) -> tuple[int, dict[str, Any]]:
-    from services.cli import cli
+    from services.entrypoints.cli import cli
 
     env = {"PALIMPSEST_DATA_DIR": str(settings.data_dir), "PALIMPSEST_AUTO_BOOTSTRAP": "false"}
     result = CliRunner().invoke(cli, ["keys", *args, "--json"], env=env)

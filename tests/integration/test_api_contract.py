@@ -91,8 +91,19 @@ def _briefing_check(world: World, response: Any) -> None:
 
 def _counts_check(world: World, response: Any) -> None:
     counts = {each["key"]: each["count"] for each in ok(response)["counts"]}
-    assert counts["event"] == 1 and counts["knowledge"] == 1
+    assert counts["event"] == 2 and counts["knowledge"] == 2  # the ingested turn; the twin
 
+
+def _turn(turn_id: str) -> Json:
+    return {"session_id": "s9", "turn_id": turn_id, "role": "user", "text": f"turn {turn_id}",
+            "said_at": datetime.now(UTC).isoformat(), "timezone": "Asia/Taipei"}
+
+
+def _ingested(world: World, response: Any) -> None:
+    assert response.status_code == 202, response.text
+    answer = response.json()
+    assert [t["replayed"] for t in answer["turns"]] == [False, False]
+    assert answer["extraction"]["on"] is False and "PALIMPSEST_LLM_BASE_URL" in answer["extraction"]["note"]
 
 ENDPOINTS = [
     Endpoint("remember", "POST", lambda w: "/v1/memories", "memory:write", _expect("remembered"),
@@ -148,12 +159,30 @@ ENDPOINTS = [
              lambda w, r: _same(ok(r), tenant_id=w.tenant, pending_writes=0)),
     Endpoint("list_cards", "GET", lambda w: "/v1/cards?kinds=knowledge", "memory:read",
              lambda w, r: _same({"ids": [c["card_id"] for c in ok(r)["cards"]]},
-                                ids=[w.knowledge["card_id"]])),
+                                ids=[w.proposal["twin"], w.knowledge["card_id"]])),
     Endpoint("count_cards", "GET", lambda w: "/v1/cards/count?group_by=kind", "memory:read",
              _counts_check),
+    Endpoint("ingest", "POST", lambda w: "/v1/ingest", "memory:write", _ingested,
+             body=lambda w: {"turns": [_turn("2"), _turn("3")]}),
+    Endpoint("ingestions", "GET", lambda w: "/v1/ingest?status=dead_letter", "memory:read",
+             lambda w, r: _same({"ids": [i["ingestion_id"] for i in ok(r)["ingestions"]],
+                                 "dead": ok(r)["counts"]["dead_letter"]},
+                                ids=[w.dead_letter["ingestion_id"]], dead=1)),
+    Endpoint("rerun_ingestion", "POST",
+             lambda w: f"/v1/ingest/{w.dead_letter['ingestion_id']}/rerun", "memory:write",
+             _expect("received"), body=lambda w: {}, names_id=True),
+    Endpoint("proposals", "GET", lambda w: "/v1/proposals", "memory:read",
+             lambda w, r: _same({"ids": [p["proposal_id"] for p in ok(r)["proposals"]]},
+                                ids=[w.proposal["proposal_id"]])),
+    Endpoint("review_proposals", "POST", lambda w: "/v1/proposals/review", "memory:admin",
+             lambda w, r: _same(ok(r)["results"][0], proposal_id=w.proposal["proposal_id"],
+                                review="rejected"),
+             body=lambda w: {"reviews": [{"proposal_id": w.proposal["proposal_id"],
+                                          "decision": "reject", "note": "two different cards"}]}),
 ]
 MISSING = str(uuid4())
 NAMES = [e.name for e in ENDPOINTS]
+
 
 
 def _same(answer: Json, **expected: Any) -> None:
@@ -249,9 +278,10 @@ def test_another_tenants_id_is_answered_as_a_missing_one(
     for known in (world.state, world.event, world.knowledge, world.commitment):
         missing = missing.replace(known["card_id"], MISSING)
     missing = missing.replace(str(world.queued["case_id"]), MISSING)
+    missing = missing.replace(world.dead_letter["ingestion_id"], MISSING)
     unknown = _send(client, endpoint, world, other, path=missing)
     assert theirs.status_code == unknown.status_code == 404, (theirs.text, unknown.text)
-    ids = [MISSING, str(world.queued["case_id"])] + [
+    ids = [MISSING, str(world.queued["case_id"]), world.dead_letter["ingestion_id"]] + [
         card["card_id"] for card in (world.state, world.event, world.knowledge, world.commitment)]
 
     def anonymous(response: Any) -> Json:

@@ -20,8 +20,8 @@ from infra.postgres import Database
 from infra.settings import Settings
 from projections.replay import catch_up, make_projector
 from services.bootstrap import Services, build_services
-from services.cli import cli
-from services.cli_remote import when
+from services.entrypoints.cli import cli
+from services.entrypoints.cli.remote import when
 from tests.integration.rest_server import ServedApi
 from tests.support import Clock, new_tenant
 
@@ -272,7 +272,7 @@ def test_a_query_loads_nothing_of_the_server(services: Services, served: ServedA
     key = services.keys.create(new_tenant(), READ_WRITE, "cli test")[1]
     probe = (
         "import json, sys\n"
-        "from services.cli import cli\n"
+        "from services.entrypoints.cli import cli\n"
         "try:\n"
         "    cli(['search', 'where do I live', '--json'])\n"
         "except SystemExit as done:\n"

@@ -49,14 +49,14 @@ class Folder:
 
     def spawn(self, *command: str) -> subprocess.Popen[bytes]:
         log = (self.root / f"{command[0]}.log").open("ab")
-        process = subprocess.Popen([sys.executable, "-m", "services.cli", *command], env=self.env(),
-                                   stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen([sys.executable, "-m", "services.entrypoints.cli", *command],
+                                   env=self.env(), stdout=log, stderr=subprocess.STDOUT)
         self.processes.append(process)
         return process
 
     def run(self, *command: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "services.cli", *command], env=self.env(),
-                              capture_output=True, text=True, timeout=60)
+        return subprocess.run([sys.executable, "-m", "services.entrypoints.cli", *command],
+                              env=self.env(), capture_output=True, text=True, timeout=60)
 
     def log(self, name: str) -> str:
         path = self.root / f"{name}.log"

@@ -26,6 +26,8 @@ from infra.postgres import Database
 from infra.settings import Settings
 from projections.replay import catch_up, make_projector
 from services.bootstrap import Services, build_services
+from services.commands import Remember
+from services.consolidation import Propose
 from services.entrypoints.api import create_api
 from services.entrypoints.mcp import mcp_http_app, tool_specs
 from services.entrypoints.serve import with_lifespan_of
@@ -269,7 +271,51 @@ def test_every_tool_answers_alike_through_rest_and_mcp(
     assert [c["card_id"] for c in answered["get_memories"]["cards"]] == [kyoto, event, promise]
     assert answered["get_memories"]["missing"] == [unknown]
     assert edges.mcp(mcp_key, "history", {"ref": unknown})["error"]["code"] == "card_not_found"
+    covered |= ingest_and_review(services, edges, project, clock, {
+        through_rest: (rest_key, rest_ids, seen[through_rest]),
+        through_mcp: (mcp_key, mcp_ids, seen[through_mcp])})
     assert covered == {spec.name for spec in tool_specs()}, "a tool without a parity check"
+
+
+def ingest_and_review(services: Services, edges: Edges, project: Callable[[], None], clock: Clock,
+                      tenants: dict[str, tuple[str, Ids, dict[str, list[Any]]]]) -> set[str]:
+    """Turns handed over, a dead letter listed and re-run, a proposal listed and reviewed: the
+    writes through REST for one tenant and MCP for the other, the reads both ways for the MCP one."""
+    (rest_tenant, (rest_key, rest_ids, _)), (mcp_tenant, (mcp_key, mcp_ids, _)) = tenants.items()
+    turn = {"session_id": "p1", "turn_id": "1", "role": "user", "text": "We met in Tainan",
+            "said_at": at(clock, minutes=-5), "timezone": "Asia/Taipei"}
+    by_rest = edges.rest(rest_key, "POST", "/v1/ingest", {"turns": [turn]})
+    by_mcp = edges.mcp(mcp_key, "ingest", {"turns": [turn]})
+    assert rest_ids(by_rest) == mcp_ids(by_mcp), "ingest"
+    turns = {rest_tenant: by_rest["turns"][0]["ingestion_id"], mcp_tenant: by_mcp["turns"][0]["ingestion_id"]}
+    proposals = {}
+    for tenant, (_, _, seen) in tenants.items():
+        services.app.record_dead_letter(tenant, turns[tenant], "the model timed out", 3)
+        twin = services.app.remember(tenant, Remember(
+            kind="knowledge", memory_type="note", title="JWTs", content="Tokens expire in an hour",
+            tags=("jwt",)))
+        proposals[tenant] = str(services.app.propose(tenant, Propose(
+            kind="duplicate", src_id=twin.card_id, dst_id=seen["remember"][3]["card_id"],
+            edge="merge", rationale="the same concept twice", score=0.95)).aggregate_id)
+    project()
+    dead = {"status": "dead_letter"}
+    reads = [("ingestions", dead, ("GET", "/v1/ingest", None), dead),
+             ("proposals", {}, ("GET", "/v1/proposals", None), None)]
+    for tool, arguments, (method, path, body), params in reads:
+        found = edges.mcp(mcp_key, tool, arguments)
+        assert comparable(found) == comparable(edges.rest(mcp_key, method, path, body, params)), tool
+    assert len(edges.mcp(mcp_key, "ingestions", {"status": "dead_letter"})["ingestions"]) == 1
+    by_rest = edges.rest(rest_key, "POST", f"/v1/ingest/{turns[rest_tenant]}/rerun", {})
+    by_mcp = edges.mcp(mcp_key, "rerun_ingestion", {"ingestion_id": turns[mcp_tenant]})
+    assert rest_ids(by_rest) == mcp_ids(by_mcp) and by_mcp["outcome"] == "received", "rerun_ingestion"
+    review = {"decision": "reject", "note": "two cards on purpose"}
+    by_rest = edges.rest(rest_key, "POST", "/v1/proposals/review",
+                         {"reviews": [{"proposal_id": proposals[rest_tenant], **review}]})
+    by_mcp = edges.mcp(mcp_key, "review_proposals",
+                       {"reviews": [{"proposal_id": proposals[mcp_tenant], **review}]})
+    assert rest_ids(by_rest) == mcp_ids(by_mcp), "review_proposals"
+    assert by_mcp["results"][0]["review"] == "rejected"
+    return {"ingest", "ingestions", "rerun_ingestion", "proposals", "review_proposals"}
 
 
 def test_a_refusal_answers_alike(services: Services, edges: Edges) -> None:

@@ -59,7 +59,7 @@ class Pipeline:
     def start_projector(self) -> None:
         with self.log.open("ab") as out:
             self.projector = subprocess.Popen(
-                [sys.executable, "-m", "services.cli", "project"], env=self.env(),
+                [sys.executable, "-m", "services.entrypoints.cli", "project"], env=self.env(),
                 stdout=out, stderr=subprocess.STDOUT)
 
     def wait_following(self, admin: Database, timeout: float = 60) -> None:

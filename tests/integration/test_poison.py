@@ -17,8 +17,8 @@ from infra.settings import Settings
 from projections.failures import ParkedEventNotFoundError, retry, skip
 from projections.replay import catch_up, decisions, project_into, rebuild
 from projections.status import parked, read_status
-from services.cli import cli
 from services.commands import Remember
+from services.entrypoints.cli import cli
 from services.memory import Palimpsest
 from services.readmodels import ReadModels
 from tests.poison import (

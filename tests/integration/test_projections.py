@@ -45,7 +45,7 @@ from projections.replay import (
 )
 from projections.schema import in_share
 from projections.sinks import array_literal, range_literal
-from services.commands import Arbitrate, Remember, Verify
+from services.commands import Arbitrate, IngestTurn, Remember, Verify
 from services.memory import Palimpsest
 from services.readmodels import ReadModels
 from tests.integration.demo_support import demo_history
@@ -54,7 +54,7 @@ from tests.support import new_tenant, state
 pytestmark = pytest.mark.integration
 
 COMPARED = ("nodes", "slots", "cards", "card_terms", "card_versions", "card_relations", "arbitration_queue",
-            "projection_tracking")
+            "ingestions", "projection_tracking")
 
 
 @pytest.fixture
@@ -281,6 +281,20 @@ class TestTime:
         assert card.occurred_at == when
 
 
+def ingest_history(app: Palimpsest, tenant: str, now: datetime) -> None:
+    """Turns at each status of the ``ingestions`` read model: applied, dead-lettered and re-run,
+    received (one from last year)."""
+    turns = [app.ingest_turn(tenant, IngestTurn(
+        session_id="demo", turn_id=str(i), role=role, text=f"turn {i}", said_at=now - ago,
+        timezone="Asia/Taipei")) for i, (role, ago) in enumerate(
+            [("user", timedelta(minutes=2)), ("assistant", timedelta(minutes=1)),
+             ("user", timedelta(days=400))])]
+    app.record_extraction(tenant, turns[0].ingestion_id, [{"kind": "event"}], "m", 1)
+    app.record_applied(tenant, turns[0].ingestion_id, [turns[0].event_card_id])
+    app.record_dead_letter(tenant, turns[1].ingestion_id, "timeout", 3)
+    app.ingest_rerun(tenant, turns[1].ingestion_id, "u")
+
+
 class TestRebuild:
     @pytest.mark.parametrize(("batch", "workers"), [(500, 2), (7, 1), (1, 3)])
     def test_rebuild_equals_the_incremental_read_models(self, pg_settings, admin_db, projector,
@@ -290,6 +304,7 @@ class TestRebuild:
             case_id = script.cases[0]
             demo_app.arbitrate(script.tenant_id, Arbitrate(case_id=case_id, decision="accept_new",
                                                            decided_by="u"))
+            ingest_history(demo_app, script.tenant_id, clock.now)
             catch_up(projector, demo_app, batch=batch)  # small batches change stored rows
             head = demo_app.recorder.max_notification_id()
             reached: list[int] = []
@@ -346,14 +361,14 @@ class TestRebuild:
         env = {**os.environ, "PALIMPSEST_DATA_DIR": str(pg_settings.data_dir),
                "PALIMPSEST_AUTO_BOOTSTRAP": "false"}
         done = subprocess.run(
-            [sys.executable, "-m", "services.cli", "rebuild", "--into", "palimpsest_read_cli",
+            [sys.executable, "-m", "services.entrypoints.cli", "rebuild", "--into", "palimpsest_read_cli",
              "--workers", "2"], env=env, capture_output=True, text=True, timeout=300, check=False)
         assert done.returncode == 0, done.stderr
         assert "events replayed" in done.stdout and "into palimpsest_read_cli" in done.stdout
         cards = dump(admin_db, "palimpsest_read_cli", "cards", tenant)
         assert len(cards) == 1
         refused = subprocess.run(
-            [sys.executable, "-m", "services.cli", "rebuild", "--into", "palimpsest_read_cli",
+            [sys.executable, "-m", "services.entrypoints.cli", "rebuild", "--into", "palimpsest_read_cli",
              "--workers", "0"], env=env, capture_output=True, text=True, timeout=60, check=False)
         assert refused.returncode != 0 and "Traceback" not in refused.stderr
 

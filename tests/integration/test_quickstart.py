@@ -18,7 +18,7 @@ def test_demo_prints_every_slot_with_both_timelines(tmp_path: Path) -> None:
     env = {**os.environ, "PALIMPSEST_DATA_DIR": str(tmp_path / "data")}
     env.pop("PALIMPSEST_PERSISTENCE", None)
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli", "demo"], env=env, capture_output=True, text=True,
+        [sys.executable, "-m", "services.entrypoints.cli", "demo"], env=env, capture_output=True, text=True,
         timeout=300, check=False,
     )
     assert done.returncode == 0, done.stderr
@@ -46,7 +46,7 @@ def test_demo_prints_every_slot_with_both_timelines(tmp_path: Path) -> None:
 def test_errors_are_reported_without_a_traceback(tmp_path: Path) -> None:
     env = {**os.environ, "PALIMPSEST_PERSISTENCE": "memory", "PALIMPSEST_DATA_DIR": str(tmp_path)}
     done = subprocess.run(
-        [sys.executable, "-m", "services.cli", "nonsense"], env=env, capture_output=True,
+        [sys.executable, "-m", "services.entrypoints.cli", "nonsense"], env=env, capture_output=True,
         text=True, timeout=60, check=False,
     )
     assert done.returncode != 0 and "Traceback" not in done.stderr

@@ -425,7 +425,7 @@ def test_the_command_line_speaks_json(world) -> None:
             env = {**os.environ, "PALIMPSEST_URL": served.url, "PALIMPSEST_KEY": key}
 
             def run(*args: str) -> subprocess.CompletedProcess[str]:
-                return subprocess.run([sys.executable, "-m", "services.cli", *args], env=env,
+                return subprocess.run([sys.executable, "-m", "services.entrypoints.cli", *args], env=env,
                                       capture_output=True, text=True, timeout=120)
 
             done = run("search", "json web token", "--json")

@@ -56,8 +56,8 @@ class Served:
         self.starts += 1
         out = (self.root / f"serve-{self.starts}.out").open("wb")
         err = (self.root / f"serve-{self.starts}.err").open("wb")
-        self.process = subprocess.Popen([sys.executable, "-m", "services.cli", "serve", "--port", "0",
-                                         *flags], env=self.env(), stdout=out, stderr=err)
+        self.process = subprocess.Popen([sys.executable, "-m", "services.entrypoints.cli", "serve",
+                                         "--port", "0", *flags], env=self.env(), stdout=out, stderr=err)
         deadline = time.monotonic() + 90
         while "Ctrl-C stops it." not in (text := self.out()):
             assert self.process.poll() is None, f"serve exited: {self.err()}"

@@ -299,7 +299,7 @@ def test_another_tenants_cards_never_appear(world: World, pg_settings: Settings)
 # ---- palimpsest cards -----------------------------------------------------------------------------
 
 def test_the_cards_command(world: World, pg_settings: Settings) -> None:
-    from services.cli import cli
+    from services.entrypoints.cli import cli
 
     runner = CliRunner()
     env = {"PALIMPSEST_DATA_DIR": str(pg_settings.data_dir), "PALIMPSEST_AUTO_BOOTSTRAP": "false",

@@ -52,11 +52,11 @@ class RacingApp(Palimpsest):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs, conflict_lock=False)
 
-    def save(self, *aggregates: Any, **kwargs: Any) -> Any:
+    def _save(self, aggregates: Any) -> Any:
         if not getattr(self, "_raced", False):
             self._raced = True
             self.barrier.wait(timeout=30)
-        return super().save(*aggregates, **kwargs)
+        return super()._save(aggregates)
 
 
 def race(make_app, clock, tenant, commands) -> tuple[list[Any], list[BaseException]]:  # type: ignore[no-untyped-def]

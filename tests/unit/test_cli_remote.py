@@ -13,8 +13,8 @@ import typer
 from typer.testing import CliRunner
 
 from domain.errors import CardNotFoundError, InvalidTextError
-from services.cli import cli
-from services.cli_remote import _code, _wants_json, moment
+from services.entrypoints.cli import cli
+from services.entrypoints.cli.remote import _code, _wants_json, moment
 
 
 def test_a_time_keeps_its_zone_and_a_naive_one_takes_this_machines() -> None:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from infra.settings import Settings
-from projections.pipeline import settings_env
+from services.entrypoints.pipeline import settings_env
 
 
 def test_a_child_process_reads_the_same_settings(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -20,7 +20,7 @@ import typer
 from pydantic import BaseModel, ValidationError
 
 from domain.errors import PalimpsestError
-from services.cli_remote import AsJson, Moment, fail, table, when
+from services.entrypoints.cli.remote import AsJson, Moment, fail, table, when
 
 Tenant = typer.Option(..., "--tenant", envvar="PALIMPSEST_TENANT", help="The tenant to read.")
 

@@ -1,4 +1,10 @@
-"""The ``palimpsest`` command line."""
+"""The ``palimpsest`` command line: the process commands here (``init-db``, ``demo``, ``relay``,
+``project``, ``pipeline``, ``rebuild``, ``status``, ``bench``), each a thin call into its main in
+:mod:`services.entrypoints`; the others in this package's modules, registered on :data:`cli`.
+
+The import is light — typer and nothing of the server's stack — so a client command against a
+running server starts fast: each command imports what it needs when it runs.
+``python -m services.entrypoints.cli`` is ``palimpsest``."""
 
 from __future__ import annotations
 
@@ -9,19 +15,21 @@ import warnings
 import typer
 
 from domain.errors import PalimpsestError
-from services import (
-    cli_cards,
-    cli_failures,
-    cli_keys,
-    cli_mcp,
-    cli_queries,
-    cli_remote,
-    cli_serve,
-    cli_writes,
+from services.entrypoints.cli import (
+    cards,
+    failures,
+    ingest,
+    keys,
+    mcp,
+    proposals,
+    queries,
+    remote,
+    serve,
+    writes,
 )
 
 cli = typer.Typer(
-    cls=cli_remote.JsonErrorsGroup,  # with --json, usage errors are one JSON object too
+    cls=remote.JsonErrorsGroup,  # with --json, usage errors are one JSON object too
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
     help="Palimpsest: bi-temporal, event-sourced long-term memory for AI assistants.",
 )
@@ -50,7 +58,7 @@ def demo(
     """Write two months of scripted history through the REST client, then print every slot on both
     timelines and ask the read models (fed through the relay, Kafka and Faust) bi-temporal questions."""
     from infra.settings import Settings
-    from services.demo import play
+    from services.entrypoints.demo import play
 
     started = time.perf_counter()
     play(Settings(), typer.echo, url=url, key=key)
@@ -61,8 +69,8 @@ def demo(
 def relay() -> None:
     """Publish the event log to Kafka, in order, from the relay's stored position (runs until stopped;
     keeps the data folder's embedded broker up unless PALIMPSEST_KAFKA_BOOTSTRAP is set)."""
-    from infra.relay import run_relay
     from infra.settings import Settings
+    from services.entrypoints.relay import run_relay
 
     run_relay(Settings())
 
@@ -74,7 +82,7 @@ def project() -> None:
     A poison event parks its aggregate (``palimpsest failures``); exits with code 3 only when the
     projector itself cannot go on (its bookkeeping refused, the database gone at the start)."""
     from infra.settings import Settings
-    from projections.worker import run_projector
+    from services.entrypoints.projector import run_projector
 
     raise SystemExit(run_projector(Settings()))
 
@@ -85,7 +93,7 @@ def pipeline() -> None:
     one process: every write reaches the read models (runs until stopped; a broker or projector that
     dies is started again; Ctrl-C stops it all within 5 s)."""
     from infra.settings import Settings
-    from projections.worker import run_pipeline
+    from services.entrypoints.pipeline import run_pipeline
 
     raise SystemExit(run_pipeline(Settings()))
 
@@ -105,29 +113,22 @@ def rebuild(
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
     from infra.settings import Settings
-    from projections.replay import rebuild as run_rebuild
-    from services.factory import create_app
+    from services.entrypoints.rebuild import run_rebuild
 
-    settings = Settings()
     moment = datetime.fromisoformat(known_at) if known_at else None
     if moment is not None and moment.tzinfo is None:
         raise typer.BadParameter("--known-at needs a time zone, e.g. 2026-10-01T00:00:00+08:00")
-    app = create_app(settings)
     columns = (TextColumn("replaying"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                TextColumn("{task.fields[rate]:>8.0f} events/s"), TimeRemainingColumn())
-    try:
-        with Progress(*columns) as bar:
-            task = bar.add_task("replay", total=None, rate=0.0)
-            started = time.perf_counter()
+    with Progress(*columns) as bar:
+        task = bar.add_task("replay", total=None, rate=0.0)
+        started = time.perf_counter()
 
-            def progress(done: int, total: int) -> None:
-                rate = done / max(time.perf_counter() - started, 1e-9)
-                bar.update(task, completed=done, total=total, rate=rate)
+        def progress(done: int, total: int) -> None:
+            rate = done / max(time.perf_counter() - started, 1e-9)
+            bar.update(task, completed=done, total=total, rate=rate)
 
-            report = run_rebuild(settings, app, known_at=moment, into=into, progress=progress,
-                                 workers=workers)
-    finally:
-        app.close()
+        report = run_rebuild(Settings(), known_at=moment, into=into, workers=workers, progress=progress)
     typer.echo(f"{report.events} events replayed in {report.seconds:.1f} s "
                f"({report.rate:,.0f} events/s) into {report.schema}"
                + (", swapped in" if report.swapped else "")
@@ -144,13 +145,13 @@ def status(
     prometheus: bool = typer.Option(False, help="Prometheus text exposition format."),
     url: str = typer.Option(None, "--url", envvar="PALIMPSEST_URL", help="Ask this server (with "
                             "PALIMPSEST_KEY) instead of reading the data folder."),
-    key: str = cli_remote.Key,
+    key: str = remote.Key,
 ) -> None:
     """The log head, the relay's and each projection's position and lag, failures, and whether the
     broker, the relay and the projector are alive (their heartbeats), read from the data folder.
     With --url or PALIMPSEST_URL: what that server says of the key's tenant and the pipeline."""
     if url:
-        cli_remote.server_status(url, key, as_json, prometheus)
+        remote.server_status(url, key, as_json, prometheus)
         return
     import json
 
@@ -190,13 +191,15 @@ def status(
         typer.echo(line)
 
 
-cli_queries.register(cli)
-cli_writes.register(cli)
-cli_failures.register(cli)
-cli_keys.register(cli)
-cli_cards.register(cli)
-cli_mcp.register(cli)
-cli_serve.register(cli)
+queries.register(cli)
+writes.register(cli)
+failures.register(cli)
+keys.register(cli)
+cards.register(cli)
+mcp.register(cli)
+serve.register(cli)
+ingest.register(cli)
+proposals.register(cli)
 
 bench = typer.Typer(no_args_is_help=True, help="Benchmarks (from a Palimpsest checkout with the dev extra).")
 cli.add_typer(bench, name="bench")
@@ -209,7 +212,7 @@ def bench_aging(ctx: typer.Context) -> None:
     import sys
     from pathlib import Path
 
-    checkout = Path(__file__).resolve().parent.parent  # tests/ is not installed: it lives beside services/
+    checkout = Path(__file__).resolve().parents[3]  # tests/ is not installed: it lives beside services/
     if (checkout / "tests" / "benchmarks").is_dir() and str(checkout) not in sys.path:
         sys.path.insert(0, str(checkout))
     try:
@@ -230,7 +233,3 @@ def main() -> None:
     except PalimpsestError as error:
         typer.echo(f"error: {error}", err=True)
         raise SystemExit(2) from None
-
-
-if __name__ == "__main__":
-    main()

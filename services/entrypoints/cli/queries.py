@@ -1,7 +1,7 @@
 """The query commands of ``palimpsest``: search, facts, history, briefing, context — thin clients
 of a running server (``palimpsest serve``), with the options, errors and exit codes of
-:mod:`services.cli_remote`. The tenant is the key's; with ``--json`` the answer is the server's
-JSON object as is.
+:mod:`services.entrypoints.cli.remote`. The tenant is the key's; with ``--json`` the answer is the
+server's JSON object as is.
 
 ``--min-position N`` (a write's ``position``) makes the server wait, bounded, until its read models
 include that write, so a read right after a write sees it.
@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from services.cli_remote import AsJson, Key, Moment, Url, emit, remote, table, when
+from services.entrypoints.cli.remote import AsJson, Key, Moment, Url, emit, remote, table, when
 
 Project = typer.Option(None, "--project", help="The current project (its cards rank first).")
 Groups = typer.Option([], "--group", help="Groups whose cards to include (repeatable).")

@@ -1,6 +1,6 @@
 """The write commands of ``palimpsest`` over a running server: remember, revise, correct, verify,
 link, move, and ``arbitrations`` (list, decide) — thin clients with the options, errors and exit
-codes of :mod:`services.cli_remote`. Each answers the server's ``WriteResult``: the outcome, the
+codes of :mod:`services.entrypoints.cli.remote`. Each answers the server's ``WriteResult``: the outcome, the
 card's id, an arbitration case when the write was queued, and the write's ``position`` (pass it to
 a read as ``--min-position`` to read it back at once).
 """
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from services.cli_remote import AsJson, Key, Moment, Url, emit, remote, when
+from services.entrypoints.cli.remote import AsJson, Key, Moment, Url, emit, remote, when
 
 if TYPE_CHECKING:
     from services.client import Client

@@ -7,12 +7,16 @@ One process keeps the parts up:
   relay notices the broker lost its data and publishes the log again, and the projector's consumer
   rejoins its group on the same address and reads the new topic from the start (what it already
   applied is skipped by its tracking);
-* the relay — a thread of this process;
-* the projector — a child process (``palimpsest project`` against this broker), started again with
-  backoff when it exits by itself; when it exits with ``FAILED_EXIT`` (it cannot go on) the
-  pipeline stops with that code.
+* the relay — a thread of this process; beside it the ingest relay (only the turns handed to
+  extraction, to ``kafka_ingest_topic``);
+* the projector — a child process (``palimpsest project`` against this broker:
+  :mod:`services.entrypoints.projector`), started again with backoff when it exits by itself;
+  when it exits with ``FAILED_EXIT`` (it cannot go on) the pipeline stops with that code;
+* the extraction worker — a child process (``palimpsest ingest-worker``:
+  :mod:`services.entrypoints.ingest`) when an LLM is configured, started again with backoff when
+  it exits; without one the pipeline says once that extraction is off.
 
-Heartbeats: this process beats for the broker and the relay, the projector for itself. SIGINT or
+Heartbeats: this process beats for the broker and both relays, each child for itself. SIGINT or
 SIGTERM stops everything within :data:`STOP_SECONDS`, whatever the broker is doing.
 """
 
@@ -41,6 +45,7 @@ from infra.relay import Relay
 from infra.settings import Settings
 from infra.supervision import Shutdown
 from projections.faust_app import FAILED_EXIT
+from services.ingest.extraction import extraction_off_reason
 
 log = logging.getLogger(__name__)
 
@@ -90,35 +95,62 @@ class Pipeline:
         self.kafka = Kafka(settings)
         watch(shutdown, self.kafka)
         self.relay = Relay.from_settings(recorder, settings, self.kafka.bootstrap)
-        self._relay_thread = threading.Thread(target=self.relay.run, args=(shutdown.stop,),
-                                              name="relay", daemon=True)
-        self._relay_thread.start()
+        self.ingest_relay = Relay.for_ingest(recorder, settings, self.kafka.bootstrap)
+        self._relays = [(relay, threading.Thread(target=relay.run, args=(shutdown.stop,),
+                                                 name=f"relay-{relay.name}", daemon=True))
+                        for relay in (self.relay, self.ingest_relay)]
+        for _, thread in self._relays:
+            thread.start()
         self.beats = heartbeats(runtime_database(admin_database(settings), settings).connect,
-                                settings, relay=self.relay.beat, broker=self.kafka.beat)
-        self.projector = ProjectorChild(settings, self.kafka.bootstrap, self.beats)
-        shutdown.on_stop(self.projector.terminate)  # it stops while the rest of this process does
-        shutdown.on_force(self.projector.kill)
+                                settings, relay=self.relay.beat, ingest_relay=self.ingest_relay.beat,
+                                broker=self.kafka.beat)
+        self.projector = Child(settings, self.kafka.bootstrap, self.beats, "project", "projector")
+        self.ingest: Child | None = None
+        off = extraction_off_reason(settings)
+        if off is None:
+            self.ingest = Child(settings, self.kafka.bootstrap, self.beats, "ingest-worker",
+                                "extraction worker")
+        else:
+            log.warning("pipeline: %s", off)
+        for child in self.children:
+            shutdown.on_stop(child.terminate)  # they stop while the rest of this process does
+            shutdown.on_force(child.kill)
+
+    @property
+    def children(self) -> list[Child]:
+        return [c for c in (self.projector, self.ingest) if c is not None]
 
     def supervise(self, stop: threading.Event) -> int:
         """Until ``stop``: 0, or the projector's ``FAILED_EXIT`` (it cannot go on)."""
+        if self.ingest is not None:
+            threading.Thread(target=self.ingest.supervise, args=(stop,), name="ingest-supervisor",
+                             daemon=True).start()
         return self.projector.supervise(stop)
 
     def close(self) -> None:
-        self.projector.stop(timeout=STOP_SECONDS / 2)
-        self._relay_thread.join(timeout=1.0)
-        if not self._relay_thread.is_alive():  # else it is inside a call to the broker: let it be
-            self.relay.close()
+        for child in self.children:
+            child.terminate()
+        for child in self.children:
+            child.stop(timeout=STOP_SECONDS / 2)
+        deadline = time.monotonic() + 1.0  # both relays saw the stop at once: wait for them together
+        for relay, thread in self._relays:
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
+            if not thread.is_alive():  # else it is inside a call to the broker: let it be
+                relay.close()
         self.beats.stop()
         self.kafka.close()
 
 
-class ProjectorChild:
-    """``palimpsest project`` as a child process: dies with this process (Linux), restarted with
-    backoff when it exits by itself."""
+class Child:
+    """``palimpsest <command>`` (the projector, the extraction worker) as a child process: dies
+    with this process (Linux), restarted with backoff when it exits by itself."""
 
     def __init__(self, settings: Settings, bootstrap: str, beats: Heartbeats | None = None,
+                 command: str = "project", name: str = "projector",
                  max_backoff: float = 30.0) -> None:
         self.env = {**settings_env(settings), "PALIMPSEST_KAFKA_BOOTSTRAP": bootstrap}
+        self.command = command
+        self.name = name
         self.beats = beats
         self.max_backoff = max_backoff
         self.process: subprocess.Popen[bytes] | None = None
@@ -128,8 +160,9 @@ class ProjectorChild:
 
     def start(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "services.cli", "project"], env=self.env, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=die_with_parent())  # Ctrl-C reaches the pipeline only
+            [sys.executable, "-m", "services.entrypoints.cli", self.command], env=self.env,
+            stdin=subprocess.DEVNULL, start_new_session=True,
+            preexec_fn=die_with_parent())  # Ctrl-C reaches the pipeline only
         self.starts += 1
         self._started_at = time.monotonic()
 
@@ -143,12 +176,12 @@ class ProjectorChild:
             if code is None:
                 continue
             if code == FAILED_EXIT:
-                log.critical("pipeline: the projector cannot go on (exit code %d): stopping", code)
+                log.critical("pipeline: the %s cannot go on (exit code %d): stopping", self.name, code)
                 return code
             if time.monotonic() - self._started_at > 60:
                 backoff = 1.0
-            log.warning("pipeline: the projector (pid %d) exited with code %d; starting it again in "
-                        "%.0f s", self.process.pid, code, backoff)
+            log.warning("pipeline: the %s (pid %d) exited with code %d; starting it again in "
+                        "%.0f s", self.name, self.process.pid, code, backoff)
             self._forget()
             if stop.wait(backoff):
                 break
@@ -172,7 +205,7 @@ class ProjectorChild:
         try:
             process.wait(timeout)
         except subprocess.TimeoutExpired:
-            log.warning("pipeline: the projector did not stop within %.1f s: killing it", timeout)
+            log.warning("pipeline: the %s did not stop within %.1f s: killing it", self.name, timeout)
             self.kill()
 
     def kill(self) -> None:
@@ -183,7 +216,7 @@ class ProjectorChild:
             self._forget()
 
     def _forget(self) -> None:
-        """Its heartbeats say stopped at once (a killed projector cannot say it)."""
+        """Its heartbeats say stopped at once (a killed child cannot say it)."""
         if self.beats is not None and self.process is not None:
             self.beats.mark_stopped(self.process.pid)
 

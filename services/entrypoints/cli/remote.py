@@ -1,8 +1,8 @@
 """The command line over a running server: what its client commands share — ``--url``, ``--key``,
 ``--json``, errors, times, tables — the ``palimpsest`` group that answers usage errors in JSON, and
-``status`` when a server is named. The commands are in :mod:`services.cli_queries` (search, facts,
-history, briefing, context) and :mod:`services.cli_writes` (remember, revise, correct, verify, link,
-move, arbitrations).
+``status`` when a server is named. The commands are in :mod:`services.entrypoints.cli.queries`
+(search, facts, history, briefing, context) and :mod:`services.entrypoints.cli.writes` (remember,
+revise, correct, verify, link, move, arbitrations).
 
 Each command is a thin client of ``palimpsest serve`` through :class:`services.client.Client`:
 it loads ``httpx`` and nothing of the server (no database, no model, no tokenizer). Shared options:
@@ -189,6 +189,11 @@ def _print_status(answer: dict[str, Any]) -> None:
         typer.echo(f"log head {pipeline['head']}: relay lag {relay}, projection lag "
                    f"{pipeline['projection_lag']}")
         typer.echo(", ".join(f"{role} {state}" for role, state in pipeline["liveness"].items()))
+    ingest = answer.get("ingest")
+    if ingest:
+        turns = ", ".join(f"{n} {status}" for status, n in ingest["turns"].items())
+        typer.echo(f"ingested turns: {turns}; extraction {'on' if ingest['extraction'] else 'off'}"
+                   + (f" ({ingest['note']})" if ingest.get("note") else ""))
 
 
 def server_status(url: str | None, key: str | None, as_json: bool, prometheus: bool) -> None:

@@ -1,0 +1,63 @@
+"""One use case as every edge offers it: the scope it needs, its input and output models, how
+it behaves (MCP's tool annotations). REST and MCP run the same :class:`Operation`, so they give
+the same answer for the same call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from pydantic import BaseModel
+
+from domain.errors import ContentTooLargeError, PermissionDeniedError, TooManyTagsError
+from services.keys import Principal, require
+
+if TYPE_CHECKING:
+    from services.bootstrap import Services
+
+I = TypeVar("I", bound=BaseModel)  # noqa: E741 - the input model
+O = TypeVar("O", bound=BaseModel)  # noqa: E741 - the output model
+
+
+@dataclass(frozen=True)
+class Operation(Generic[I, O]):
+    name: str
+    summary: str
+    input: type[I]
+    output: type[O]
+    scope: str
+    handler: Callable[[Services, Principal, I], O]
+    read_only: bool = False
+    destructive: bool = False
+    idempotent: bool = False
+
+    def parse(self, services: Services, payload: I | Mapping[str, Any]) -> I:
+        """The input, validated and within the size limits: no database work."""
+        data = payload if isinstance(payload, self.input) else self.input.model_validate(payload)
+        check_limits(services, data)
+        return data
+
+    def run(self, services: Services, principal: Principal, payload: I | Mapping[str, Any]) -> O:
+        require(principal, self.scope)
+        data = self.parse(services, payload)
+        named = getattr(data, "tenant_id", None)
+        if named is not None and named != principal.tenant_id:
+            raise PermissionDeniedError("the tenant comes from the key: this key is not "
+                                        f"{named!r}'s")
+        return self.handler(services, principal, data)
+
+
+
+def check_limits(services: Services, data: BaseModel) -> None:
+    """The size limits of a write's text and tags (``PALIMPSEST_MAX_CONTENT_CHARS``,
+    ``_MAX_TAGS``), checked before any work."""
+    settings = services.settings
+    for name in ("content", "description"):
+        text = getattr(data, name, None)
+        if isinstance(text, str) and len(text) > settings.max_content_chars:
+            raise ContentTooLargeError(f"{name} holds {len(text)} characters; at most "
+                                       f"{settings.max_content_chars}")
+    tags = getattr(data, "tags", None) or ()
+    if len(tags) > settings.max_tags:
+        raise TooManyTagsError(f"{len(tags)} tags; at most {settings.max_tags}")

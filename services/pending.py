@@ -1,0 +1,53 @@
+"""The read-your-writes overlay's memory: what this process wrote that the read models may not
+hold yet (DESIGN §3)."""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from uuid import UUID
+
+from services.commands import WriteResult
+from services.retrieval.postprocess import PendingWrite
+
+
+class PendingWrites:
+    """Per tenant, the states this process wrote that the read models may not hold yet (for the
+    overlay), and the slot of each card it wrote lately (so a revise of a card not projected yet
+    finds it). Bounded: the oldest go first."""
+
+    def __init__(self, most: int = 1_000) -> None:
+        self._most = most
+        self._writes: dict[str, list[PendingWrite]] = {}
+        self._slots: OrderedDict[tuple[str, UUID], UUID] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, tenant_id: str, result: WriteResult, write: PendingWrite | None) -> None:
+        with self._lock:
+            if result.card_id is not None and result.aggregate_id is not None:
+                self._slots[(tenant_id, result.card_id)] = result.aggregate_id
+                while len(self._slots) > self._most:
+                    self._slots.popitem(last=False)
+            if write is not None:
+                writes = self._writes.setdefault(tenant_id, [])
+                writes.append(write)
+                del writes[:-self._most]
+
+    def of(self, tenant_id: str) -> list[PendingWrite]:
+        with self._lock:
+            return list(self._writes.get(tenant_id, ()))
+
+    def projected(self, tenant_id: str, position: int | None) -> None:
+        """The read models include ``position``: forget the writes they now hold."""
+        if position is None:
+            return
+        with self._lock:
+            kept = [w for w in self._writes.get(tenant_id, ()) if w.position > position]
+            if kept:
+                self._writes[tenant_id] = kept
+            else:
+                self._writes.pop(tenant_id, None)
+
+    def slot_of(self, tenant_id: str, card_id: UUID) -> UUID | None:
+        with self._lock:
+            return self._slots.get((tenant_id, card_id))
