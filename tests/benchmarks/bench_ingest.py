@@ -133,7 +133,7 @@ def latency(api: Server, settings: Settings, said: dict[str, datetime], rate: fl
     watcher.start()
     began = time.perf_counter()
     count = int(rate * seconds)
-    senders = 4  # one caller cannot keep a steady rate when a call takes longer than its share
+    senders = 8  # one caller cannot keep a steady rate when a call takes longer than its share
 
     def send(offset: int) -> None:
         with Client(api.url, api.key, timeout=60) as own:
@@ -178,6 +178,25 @@ def hint_shares(settings: Settings) -> tuple[int, dict[str, int]]:
         app.close()
 
 
+def cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds so far of ``serve`` and of each of its children, by what they run."""
+    import psutil
+
+    server = psutil.Process(pid)
+    found = {"serve (HTTP, relays, commands)": sum(server.cpu_times()[:2])}
+    for child in server.children(recursive=True):
+        try:
+            line = " ".join(child.cmdline())
+            times = child.cpu_times()
+        except psutil.Error:
+            continue
+        name = ("projector (+ embeddings)" if line.endswith(" project") else
+                "extraction worker" if "ingest-worker" in line else
+                "broker" if "tansu" in line else "other")
+        found[name] = found.get(name, 0.0) + times.user + times.system
+    return found
+
+
 def run(folder: Path, args: argparse.Namespace) -> None:
     rng = random.Random(20261201)
     said: dict[str, datetime] = {}
@@ -190,7 +209,9 @@ def run(folder: Path, args: argparse.Namespace) -> None:
             print(f"serve at {server.url} (pid {server.process.pid}), scripted LLM at {llm.base_url}",
                   flush=True)
             with Client(server.url, server.key, timeout=60) as api:
+                before = cpu_seconds(server.process.pid)
                 rate = throughput(api, settings, said, args.turns, rng)
+                after = cpu_seconds(server.process.pid)
             lags, achieved = latency(server, settings, said, args.rate, args.seconds)
             turns = args.turns + len(lags)
             calls = len(llm.chat_requests)
@@ -199,6 +220,9 @@ def run(folder: Path, args: argparse.Namespace) -> None:
             took = stop_server(server)
     print()
     print(f"turns end to end (accepted → cards visible), {args.turns} turns: {rate:,.1f} turns/s")
+    print("  CPU per turn over that phase: " + ", ".join(
+        f"{name} {(after[name] - before.get(name, 0.0)) * 1000 / args.turns:.1f} ms"
+        for name in after) + " (PostgreSQL's own processes not counted)")
     if lags:
         ms = [lag * 1000 for lag in lags]
         print(f"turn → cards visible at {achieved:.0f} turns/s: p50 {statistics.median(ms):,.0f} ms, "
