@@ -17,7 +17,7 @@ from pydantic import AwareDatetime, BaseModel, Field
 from domain.errors import ContentTooLargeError
 from services.commands import IngestResult, IngestTurn, WriteResult
 from services.entrypoints import schemas as s
-from services.entrypoints.operation import Operation
+from services.entrypoints.operation import Operation, fresh
 from services.ingest.extraction import extraction_off_reason
 from services.keys import Principal
 from services.readmodels import IngestionRecord
@@ -97,10 +97,7 @@ def ingest(services: Services, who: Principal, data: IngestInput) -> IngestOutpu
 
 
 def ingestions(services: Services, who: Principal, data: IngestionsInput) -> IngestionsOutput:
-    freshness = None
-    if data.min_position is not None:
-        freshness = services.queries.read.wait_for(who.tenant_id, data.min_position,
-                                                   timeout=services.settings.api_max_wait_seconds)
+    freshness = fresh(services, who, data)
     queries = services.queries
     return IngestionsOutput(ingestions=queries.ingestions(who.tenant_id, data.status, data.limit),
                             counts=queries.ingest_counts(who.tenant_id),

@@ -15,6 +15,7 @@ from services.keys import Principal, require
 
 if TYPE_CHECKING:
     from services.bootstrap import Services
+    from services.readmodels import Freshness
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - the input model
 O = TypeVar("O", bound=BaseModel)  # noqa: E741 - the output model
@@ -61,3 +62,12 @@ def check_limits(services: Services, data: BaseModel) -> None:
     tags = getattr(data, "tags", None) or ()
     if len(tags) > settings.max_tags:
         raise TooManyTagsError(f"{len(tags)} tags; at most {settings.max_tags}")
+
+
+def fresh(services: Services, who: Principal, data: Any) -> Freshness | None:
+    """A read's ``min_position`` waited for (bounded): how far behind the read models still are;
+    None when the read named no position."""
+    if data.min_position is None:
+        return None
+    return services.queries.read.wait_for(who.tenant_id, data.min_position,
+                                          timeout=services.settings.api_max_wait_seconds)

@@ -34,11 +34,10 @@ from services.commands import (
 from services.context import render
 from services.entrypoints import schemas as s
 from services.entrypoints.ingest_ops import INGEST_OPERATIONS
-from services.entrypoints.operation import Operation
+from services.entrypoints.operation import Operation, fresh
 from services.entrypoints.review_ops import REVIEW_OPERATIONS
 from services.ingest.extraction import extraction_off_reason
 from services.keys import Principal
-from services.readmodels import Freshness
 from services.retrieval.candidates import load_candidates
 from services.retrieval.postprocess import pending_state
 from services.retrieval.query import RetrievalQuery
@@ -120,13 +119,6 @@ def arbitrate(services: Services, who: Principal, data: s.ArbitrateInput) -> Wri
 _MEMORY_TYPES = frozenset(t.value for t in MemoryType)
 
 
-def _fresh(services: Services, who: Principal, data: s.Read) -> Freshness | None:
-    if data.min_position is None:
-        return None
-    return services.queries.read.wait_for(who.tenant_id, data.min_position,
-                                          timeout=services.settings.api_max_wait_seconds)
-
-
 def _cards(services: Services, who: Principal, ids: list[UUID]) -> dict[UUID, s.MemoryCard]:
     queries = services.queries
     now = queries.now()
@@ -145,13 +137,13 @@ def _card(services: Services, who: Principal, card_id: UUID) -> s.MemoryCard:
 
 
 def get_card(services: Services, who: Principal, data: s.GetCardInput) -> s.CardOutput:
-    freshness = _fresh(services, who, data)
+    freshness = fresh(services, who, data)
     card = _card(services, who, data.card_id)
     return s.CardOutput(**card.model_dump(), freshness=freshness)
 
 
 def get_memories(services: Services, who: Principal, data: s.GetMemoriesInput) -> s.MemoriesOutput:
-    freshness = _fresh(services, who, data)
+    freshness = fresh(services, who, data)
     wanted = list(dict.fromkeys(data.card_ids))
     found = _cards(services, who, wanted)
     return s.MemoriesOutput(cards=[found[c] for c in wanted if c in found],
@@ -159,7 +151,7 @@ def get_memories(services: Services, who: Principal, data: s.GetMemoriesInput) -
 
 
 def history(services: Services, who: Principal, data: s.HistoryInput) -> s.HistoryOutput:
-    freshness = _fresh(services, who, data)
+    freshness = fresh(services, who, data)
     cards = services.queries.history(who.tenant_id, data.ref)
     return s.HistoryOutput(ref=data.ref, cards=cards, freshness=freshness)
 
@@ -169,7 +161,7 @@ def search(services: Services, who: Principal, data: s.SearchInput) -> s.SearchO
     if unknown:
         raise InvalidKindError(f"unknown memory type {unknown[0]!r}; expected any of "
                                + ", ".join(sorted(_MEMORY_TYPES)))
-    freshness = _fresh(services, who, data)
+    freshness = fresh(services, who, data)
     queries = services.queries
     as_of = data.as_of or s.AsOf()
     top = data.top_n or services.settings.retrieval.top_n
@@ -194,7 +186,7 @@ def context(services: Services, who: Principal, data: s.ContextInput) -> s.Conte
 
 
 def facts(services: Services, who: Principal, data: s.FactsInput) -> s.FactsOutput:
-    freshness = _fresh(services, who, data)
+    freshness = fresh(services, who, data)
     as_of = data.as_of or s.AsOf()
     found = services.queries.facts(who.tenant_id, data.subject, as_of.valid_at, as_of.known_at)
     return s.FactsOutput(subject=data.subject, valid_at=as_of.valid_at, known_at=as_of.known_at,
@@ -202,7 +194,7 @@ def facts(services: Services, who: Principal, data: s.FactsInput) -> s.FactsOutp
 
 
 def briefing(services: Services, who: Principal, data: s.BriefingInput) -> s.BriefingOutput:
-    freshness = _fresh(services, who, data)
+    freshness = fresh(services, who, data)
     found = services.queries.briefing(who.tenant_id, data.project_id)
     return s.BriefingOutput(**dict(found), freshness=freshness)
 
@@ -214,7 +206,7 @@ WHERE decision IS NULL ORDER BY opened_at, case_id"""
 
 def arbitrations(services: Services, who: Principal,
                  data: s.ArbitrationsInput) -> s.ArbitrationsOutput:
-    freshness = _fresh(services, who, data)
+    freshness = fresh(services, who, data)
     queries = services.queries
     with queries.read.tenant(who.tenant_id) as conn:
         rows = conn.execute(sql.SQL(_PENDING_CASES).format(s=queries.s)).fetchall()

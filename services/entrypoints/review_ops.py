@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 
 from services.consolidation import Consolidator, ReviewResult
 from services.entrypoints import schemas as s
-from services.entrypoints.operation import Operation
+from services.entrypoints.operation import Operation, fresh
 from services.keys import Principal
 from services.readmodels import ProposalRecord
 
@@ -49,10 +49,7 @@ class ReviewOutput(BaseModel):
 
 
 def proposals(services: Services, who: Principal, data: ProposalsInput) -> ProposalsOutput:
-    freshness = None
-    if data.min_position is not None:
-        freshness = services.queries.read.wait_for(who.tenant_id, data.min_position,
-                                                   timeout=services.settings.api_max_wait_seconds)
+    freshness = fresh(services, who, data)
     found = services.queries.proposals(who.tenant_id, data.review, data.limit)
     return ProposalsOutput(proposals=found, freshness=freshness)
 

@@ -56,6 +56,7 @@ import psutil
 import psycopg
 from psycopg.types.json import Jsonb
 
+from infra.embedded_pg import release_embedded
 from infra.embedders import create_embedder
 from infra.postgres import admin_database
 from infra.settings import RetrievalSettings, Settings
@@ -474,16 +475,22 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, help="default: a temporary folder, removed at the end")
     parser.add_argument("--keep", action="store_true", help="keep the temporary data folder")
     args = parser.parse_args()
-    folder = args.data_dir or Path(tempfile.mkdtemp(prefix="palimpsest-bench-api-"))
+    with bench_folder(args.data_dir, args.keep, "palimpsest-bench-api-") as folder:
+        run(folder, args)
+
+
+@contextmanager
+def bench_folder(data_dir: Path | None, keep: bool, prefix: str) -> Iterator[Path]:
+    """``data_dir``, or a temporary folder removed at the end unless ``keep``; the embedded
+    server this process joined (to read the figures) is left before the folder goes."""
+    folder = data_dir or Path(tempfile.mkdtemp(prefix=prefix))
     folder.mkdir(parents=True, exist_ok=True)
     print(f"data folder {folder}", flush=True)
     try:
-        run(folder, args)
+        yield folder
     finally:
-        import pgserver  # this process joined the server: stop it before its folder goes
-
-        pgserver.get_server((folder / "data" / "pg").resolve()).cleanup()
-        if args.data_dir is None and not args.keep:
+        release_embedded(folder / "data")
+        if data_dir is None and not keep:
             shutil.rmtree(folder, ignore_errors=True)
 
 

@@ -25,9 +25,7 @@ from __future__ import annotations
 
 import argparse
 import random
-import shutil
 import statistics
-import tempfile
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -40,7 +38,7 @@ from infra.postgres import admin_database
 from infra.settings import Settings
 from services.client import Client
 from services.retrieval.breaker import nearest_rank
-from tests.benchmarks.bench_api import TENANT, Server, start_server, stop_server
+from tests.benchmarks.bench_api import TENANT, Server, bench_folder, start_server, stop_server
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
 
 PLAIN = ["I switched to the night shift", "我現在住在台中", "We use Postgres for the queue",
@@ -242,13 +240,8 @@ def main() -> None:
     parser.add_argument("--data-dir", type=Path, help="default: a temporary folder, removed at the end")
     parser.add_argument("--keep", action="store_true", help="keep the temporary data folder")
     args = parser.parse_args()
-    folder = args.data_dir or Path(tempfile.mkdtemp(prefix="palimpsest-bench-ingest-"))
-    folder.mkdir(parents=True, exist_ok=True)
-    try:
+    with bench_folder(args.data_dir, args.keep, "palimpsest-bench-ingest-") as folder:
         run(folder, args)
-    finally:
-        if args.data_dir is None and not args.keep:
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":
