@@ -128,6 +128,19 @@ def test_the_third_change_in_30_days_is_queued_counting_the_incoming_one() -> No
     assert [c.value for c in slot.pending(T0 + timedelta(days=20))] == ["Osaka"]
 
 
+def test_queued_changes_join_the_slots_one_case_and_accepting_it_applies_the_latest() -> None:
+    slot = SlotTruth("t", "Anna", "home_city", "residence", "en", "single_value")
+    days = [(0, "Taipei"), (5, "Tainan"), (10, "Kyoto"), (15, "Osaka"), (18, "Melbourne")]
+    outcomes = [slot.write(value, T0 + timedelta(days=d), T0 + timedelta(days=d), ref)
+                for ref, (d, value) in enumerate(days)]
+    assert outcomes[3:] == ["queued", "queued"]
+    [case] = slot.pending(T0 + timedelta(days=20))
+    assert case.ref == 3 and [p.value for p in case.proposals] == ["Osaka", "Melbourne"]
+    assert slot.decide(case, "accept_new", T0 + timedelta(days=21)) == "superseded"
+    assert slot.current(T0 + timedelta(days=22)) == "Melbourne"
+    assert slot.pending(T0 + timedelta(days=22)) == []
+
+
 def test_a_same_turn_slip_is_overwritten_and_a_late_fact_is_bitemporal() -> None:
     slot = SlotTruth("t", "Anna", "home_city", "residence", "en", "single_value")
     slot.write("Taipei", T0, T0, 0)

@@ -142,8 +142,8 @@ def single_history(draw: Draw, truth: SlotTruth, pick: Picker, rng: random.Rando
 
 def flip_flop(draw: Draw, truth: SlotTruth, pick: Picker, rng: random.Random, calendar: Calendar,
               day: int) -> int:
-    """Three or four changes within 25 days; then maybe a person decides the queued ones. Returns
-    the day after which the slot rests (past the 30-day window)."""
+    """Three or four changes within 25 days; then maybe a person decides the slot's case (every
+    queued change is in it). Returns the day after which the slot rests (past the 30-day window)."""
     first = at = calendar.start + timedelta(days=day)
     for _ in range(rng.choice((3, 4, 4))):
         at = calendar.at(day, rng)
@@ -153,12 +153,9 @@ def flip_flop(draw: Draw, truth: SlotTruth, pick: Picker, rng: random.Random, ca
     if pending and rng.random() < 0.6:
         day += rng.randint(2, 12)
         at = calendar.at(day, rng)
-        for case in pending[:-1]:
-            draw.decide(truth, case, "keep_old", at)
-            at += timedelta(minutes=1)
-        card = truth.card_at(at)
-        newer = card is None or pending[-1].valid_from > card.valid_from  # else accepting rewrites history
-        draw.decide(truth, pending[-1], "accept_new" if newer and rng.random() < 0.5 else "keep_old", at)
+        case, card = pending[-1], truth.card_at(at)
+        newer = card is None or case.valid_from > card.valid_from  # else accepting rewrites history
+        draw.decide(truth, case, "accept_new" if newer and rng.random() < 0.5 else "keep_old", at)
     return day + 35
 
 

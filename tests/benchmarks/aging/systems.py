@@ -42,12 +42,16 @@ class System(Protocol):
 
 class PalimpsestSystem:
     def __init__(self, name: str, settings: Settings, refs: RefMap) -> None:
-        self.name, self.refs = name, refs
+        self.name, self.refs, self.settings = name, refs, settings
         self.queries = create_queries(settings)
         self.routes: Counter[str] = Counter()
 
     def prepare(self, statements: Sequence[Statement]) -> None:
-        """Nothing: the runner projects the log into the read models."""
+        """The runner projects the log into the read models; the query side starts afresh, so
+        what it caches for a while (each tenant's card count, its slots) is read from this
+        checkpoint's read models, not the last one's, whatever the run's timing."""
+        self.queries.close()
+        self.queries = create_queries(self.settings)
 
     def ask(self, question: Question, now: datetime) -> Answer:
         query = self.queries.query(question.text, now=now, valid_at=question.valid_at,

@@ -8,7 +8,9 @@ Modelled (rules 1, 2, 4, 6): a single-value slot holds one valid card at a time;
 value supersedes (the old card's validity closes at the new ``valid_from``); the same value
 verifies; a write in the same session and turn as the slot's latest card overwrites it (the slip
 is retracted); a conflicting write is queued when :func:`changes_counted` reaches
-:data:`HIGH_FREQUENCY` or its ``valid_from`` lies :data:`LARGE_SPAN` back. Multi-value slots
+:data:`HIGH_FREQUENCY` or its ``valid_from`` lies :data:`LARGE_SPAN` back, and joins the slot's
+pending case if one is open (one case per slot collects every proposal; a decision settles them
+all: ``keep_old`` rejects every one, ``accept_new`` applies the latest). Multi-value slots
 accumulate items; restating one verifies it. The generator only draws writes this model covers
 (a new ``valid_from`` after the current card's, unless it is a large-span rewrite).
 """
@@ -67,16 +69,37 @@ class Card:
         return max([self.valid_from, *(v for v in self.verified if v <= at)])
 
 
-@dataclass
-class Case:
-    """A queued write: pending from ``opened_at`` until ``decided_at``."""
+@dataclass(frozen=True)
+class Proposal:
+    """A queued write waiting in a case."""
 
     ref: int
     value: str
     valid_from: datetime
+
+
+@dataclass
+class Case:
+    """A slot's arbitration case: opened by a queued write (``ref``), joined by every later one
+    while it is pending (``proposals``), pending from ``opened_at`` until ``decided_at``."""
+
+    ref: int
     opened_at: datetime
+    proposals: list[Proposal] = field(default_factory=list)
     decided_at: datetime | None = None
     decision: str | None = None
+
+    @property
+    def latest(self) -> Proposal:
+        return self.proposals[-1]
+
+    @property
+    def value(self) -> str:
+        return self.latest.value
+
+    @property
+    def valid_from(self) -> datetime:
+        return self.latest.valid_from
 
     def pending(self, at: datetime) -> bool:
         return self.opened_at <= at and (self.decided_at is None or self.decided_at > at)
@@ -108,13 +131,14 @@ class SlotTruth:
         return self._single(card) if self.single else self._multi(card)
 
     def decide(self, case: Case, decision: str, at: datetime) -> str:
-        """A person's decision on a pending case."""
+        """A person's decision on a pending case: ``keep_old`` rejects every proposal,
+        ``accept_new`` applies the latest."""
         case.decided_at, case.decision = at, decision
         if decision == "keep_old":
             return "kept_old"
         if decision != "accept_new" or not self.single:
             raise ModelError(f"decision {decision!r} on a {self.cardinality} slot is not modelled")
-        card = Card(case.value, case.valid_from, at, case.ref)
+        card = Card(case.value, case.valid_from, at, case.latest.ref)
         self._supersede(card, self._met(card))
         return "superseded"
 
@@ -145,7 +169,12 @@ class SlotTruth:
             return "overwritten"
         at = card.recorded_at
         if changes_counted(self.change_times, at) >= HIGH_FREQUENCY or at - card.valid_from >= LARGE_SPAN:
-            self.cases.append(Case(card.ref, card.value, card.valid_from, at))
+            proposal = Proposal(card.ref, card.value, card.valid_from)
+            open_case = next(iter(self.pending(at)), None)
+            if open_case is None:
+                open_case = Case(card.ref, at)
+                self.cases.append(open_case)
+            open_case.proposals.append(proposal)
             return "queued"
         self._supersede(card, met)
         return "superseded"
