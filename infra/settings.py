@@ -85,6 +85,11 @@ class RetrievalSettings(BaseModel):
     slot_example_margin: float = 0.06
     slot_example_weak_similarity: float = 0.35
     slot_example_weak_margin: float = 0.03
+    #: A person named and none of their labels: their slots weigh in, the more the closer the
+    #: question is to the question each label answers ("what is the occupation?"): the closest
+    #: at ``slot_asked``, one ``slot_asked_spread`` of similarity behind it at the base weight.
+    slot_asked: float = Field(default=0.6, ge=0.0, le=1.0)
+    slot_asked_spread: float = Field(default=0.1, gt=0.0)
     #: At most this many valid items of a multi-value slot the question names lead the answer.
     slot_items: int = Field(default=20, ge=1)
     boost_current_project: float = 1.2

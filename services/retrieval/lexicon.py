@@ -171,6 +171,18 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
         "她平常用哪些工具",
         "他用什么软件",
     ),
+    "age": ("how old is she", "when will he turn forty", "她今年幾歲", "他多大年纪了"),
+    "allergies": ("is she allergic to anything", "what can't he be exposed to", "她對什麼過敏",
+                  "他有什么过敏的东西"),
+    "children": ("does she have kids", "how many children does he have", "她有小孩嗎", "他有几个孩子"),
+    "education": ("what did she study at university", "which degree does he hold", "她大學念什麼",
+                  "他是什么学历"),
+    "nationality": ("what passport does she hold", "which country is he a citizen of", "她是哪國人",
+                    "他是什么国籍"),
+    "owner": ("who is responsible for the project", "who leads this service", "這個專案誰負責",
+              "这个服务归谁管"),
+    "budget": ("how much money does the project have", "what is the spending limit", "專案預算多少",
+               "这个项目花多少钱"),
 }
 
 
@@ -265,6 +277,50 @@ CONCEPTS: tuple[Concept, ...] = (
             (r"\blive yet\b", r"\bhow is \w+ going\b", r"\bwhere are we with\b", r"上线了没", r"做到哪")),
     Concept("tools", ("tools", "tool", "tools_used", "software", "apps", "常用工具", "工具", "軟體"),
             ("tool", "software", "app", "工具", "软件", "软体"), ()),
+    # everyday facts about a person
+    Concept("age", ("age", "年齡", "年紀", "歲數"), ("age", "年龄", "年纪", "岁数"),
+            (r"\bhow old\b", r"几岁", r"多大了", r"年纪多大")),
+    Concept("hometown", ("hometown", "home_town", "birthplace", "place_of_birth", "origin", "老家",
+                         "家鄉", "故鄉", "出生地", "籍貫"),
+            ("hometown", "birthplace", "家乡", "老家", "故乡", "籍贯", "出生地"),
+            (r"\b(?:grew|grow|growing) up\b", r"\bwhere (?:is|was|are|were) \w+ (?:from|born)\b", r"哪里人",
+             r"在哪里?长大", r"在哪里?出生")),
+    Concept("nationality", ("nationality", "citizenship", "國籍"),
+            ("nationality", "citizenship", "citizen", "国籍", "护照"), ()),
+    Concept("allergies", ("allergies", "allergy", "過敏", "過敏原"),
+            ("allergy", "allergic", "过敏", "过敏原"), ()),
+    Concept("children", ("children", "kids", "child", "孩子", "小孩", "子女"),
+            ("children", "child", "kid", "son", "daughter", "孩子", "小孩", "子女", "儿子", "女儿"), ()),
+    Concept("education", ("education", "degree", "major", "alma_mater", "學歷", "學位", "主修", "科系"),
+            ("education", "degree", "graduate", "学历", "学位", "主修", "科系", "毕业"), ()),
+    Concept("car", ("car", "vehicle", "汽車", "車子", "座駕"),
+            ("car", "vehicle", "汽车", "车子", "座驾"), (r"开什么车", r"\bwhat \w+ drives?\b")),
+    Concept("color", ("favorite_color", "favourite_colour", "favorite_colour", "color", "colour", "顏色",
+                      "最喜歡的顏色"),
+            ("color", "colour", "颜色"), ()),
+    Concept("sport", ("sport", "sports", "exercise", "workout", "運動"),
+            ("sport", "exercise", "workout", "gym", "运动", "健身"), ()),
+    Concept("movie", ("favorite_movie", "favourite_movie", "movie", "movies", "film", "電影"),
+            ("movie", "film", "电影"), ()),
+    Concept("nickname", ("nickname", "暱稱", "綽號", "小名"),
+            ("nickname", "昵称", "绰号", "小名", "外号"), (r"\bgoes by\b",)),
+    Concept("timezone", ("timezone", "time_zone", "時區"), ("timezone", "时区"), (r"\btime zone\b",)),
+    Concept("salary", ("salary", "income", "薪水", "薪資", "收入"),
+            ("salary", "income", "薪水", "薪资", "收入", "月薪", "年薪"), ()),
+    # facts about a project
+    Concept("budget", ("budget", "預算"), ("budget", "预算", "经费"), ()),
+    Concept("owner", ("owner", "lead", "project_lead", "tech_lead", "負責人"),
+            ("owner", "负责人"), (r"\bwho (?:owns|leads|runs)\b", r"谁负责")),
+    Concept("repository", ("repo", "repository", "git_repo", "代碼庫", "程式碼庫"),
+            ("repo", "repository", "github", "gitlab", "代码库"), ()),
+    Concept("framework", ("framework", "frameworks", "框架"), ("framework", "框架"), ()),
+    Concept("hosting", ("hosting", "cloud", "cloud_provider", "deployment", "infrastructure", "部署",
+                        "雲端"),
+            ("hosting", "hosted", "cloud", "aws", "gcp", "azure", "部署", "云端", "托管"), ()),
+    Concept("version", ("version", "current_version", "版本"), ("version", "版本"), ()),
+    Concept("customer", ("customer", "customers", "client", "clients", "客戶"),
+            ("customer", "客户"), ()),
+    Concept("priority", ("priority", "優先級", "優先順序"), ("priority", "优先级"), ()),
 )
 
 #: Words that ask about cards of a memory type outside any slot.
@@ -337,10 +393,24 @@ def concepts_named(text: str) -> frozenset[str]:
     return frozenset(concept_strengths(text))
 
 
+#: Colloquial and contracted question words, read as their plain forms before phrases are
+#: matched (a phrase lists the plain form only): 啥 is 什么 and 咋 怎么 in any Mandarin question,
+#: "what's" is "what is".
+_PLAIN_FORMS = ((re.compile(r"啥|甚么"), "什么"), (re.compile(r"咋"), "怎么"), (re.compile(r"哪儿"), "哪里"),
+                (re.compile(r"\b(what|who|where|when|how)[’']s\b"), r"\1 is"))
+
+
+def plain_question(folded: str) -> str:
+    """A folded question with its colloquial and contracted question words in their plain form."""
+    for pattern, plain in _PLAIN_FORMS:
+        folded = pattern.sub(plain, folded)
+    return folded
+
+
 @lru_cache(maxsize=4_096)
 def concept_strengths(text: str) -> dict[str, float]:
     """Each concept ``text`` asks about, with how surely (:data:`BY_PHRASE`, :data:`BY_WORD`)."""
-    folded = fold(text)
+    folded = plain_question(fold(text))
     named: dict[str, float] = {}
     for pattern, concept in _phrases():
         if pattern.search(folded):

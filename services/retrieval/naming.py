@@ -6,7 +6,10 @@ tenant stores residence under: ``address``, ``home_city``, 現居城市 …) —
 the example questions its embedding is closest to —, through the words of the tenant's own labels
 (``eating_habits`` → "eating habits"), or through a label's embedding close to the question's; and
 whose slot, by the subject's name ("Anna's diet", a Chinese name anywhere in the text) or the first
-person ("my", 我 → the user's own). A sure name (a concept, all of a label's words, a close
+person ("my", 我 → the user's own). A person named with none of their labels ("what does Anna do
+these days?") weighs all their slots, the more the closer the question is to the question each
+label answers ("what is the occupation?", 職業是什麼？): question to question is what the
+encoder compares best. A sure name (a concept, all of a label's words, a close
 embedding) leads when it says whose slot it is — the subject named, or one subject holding that
 label in view — and the question names no time; a weaker name only weighs in.
 """
@@ -14,7 +17,7 @@ label in view — and the question names no time; a weaker name only weighs in.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from uuid import UUID
 
@@ -75,6 +78,26 @@ def label_words(label: str) -> tuple[str, ...]:
 def label_text(label: str) -> str:
     """What a label's embedding is made of."""
     return label.replace("_", " ").replace("-", " ")
+
+
+def label_question(label: str) -> str:
+    """The question a label answers, in the label's script: what its question-form embedding is
+    made of."""
+    return f"{label}是什麼？" if _CJK.search(label) else f"what is the {label_text(label)}?"
+
+
+def asked_strengths(labels: Sequence[str], asked: Mapping[str, float],
+                    settings: RetrievalSettings) -> dict[str, float]:
+    """How much each of a named person's labels weighs when the question names none of them:
+    :data:`SUBJECT_ONLY`, rising to ``slot_asked`` as the question comes within
+    ``slot_asked_spread`` of the closest label's question (``asked``: label → similarity)."""
+    known = [asked[label] for label in labels if label in asked]
+    if not known:
+        return dict.fromkeys(labels, SUBJECT_ONLY)
+    best, spread = max(known), settings.slot_asked_spread
+    lift = max(settings.slot_asked - SUBJECT_ONLY, 0.0)
+    return {label: SUBJECT_ONLY + lift * max(0.0, 1 - (best - asked[label]) / spread)
+            if label in asked else SUBJECT_ONLY for label in labels}
 
 
 def subject_named(subject: str, asked: frozenset[str], folded: str, first_person: bool) -> bool:
@@ -154,10 +177,13 @@ class Slots:
 
 def name_slots(text: str, slots: Slots | Sequence[SlotEntry], settings: RetrievalSettings, *,
                similarities: Mapping[str, float] | None = None,
-               examples: Mapping[str, float] | None = None, names_time: bool = False) -> Naming:
+               examples: Mapping[str, float] | None = None, names_time: bool = False,
+               questions: Callable[[], Mapping[str, float] | None] | None = None) -> Naming:
     """The slots among ``slots`` (those the query may see) that ``text`` names.
     ``similarities``: each label's embedding similarity to the question's, when known;
-    ``examples``: the concepts the question's embedding names (:func:`example_concepts`)."""
+    ``examples``: the concepts the question's embedding names (:func:`example_concepts`);
+    ``questions``: each label's question-form similarity to the question (:func:`label_question`),
+    asked for only when a person is named with none of their labels."""
     slots = slots if isinstance(slots, Slots) else Slots(slots)
     asked = frozenset(query_terms(text))
     concepts = {**(examples or {}), **concept_strengths(text)}  # words and phrases first
@@ -182,7 +208,10 @@ def name_slots(text: str, slots: Slots | Sequence[SlotEntry], settings: Retrieva
     if not names_time:
         # a person named (not "I": "how do I …" asks about anything) and no time: the question
         # is about their slots, whichever of them it asks
-        weighed += [(e, SUBJECT_ONLY) for subject in sorted(subjects)
-                    if subject.strip().lower() not in DEFAULT_SUBJECTS
-                    for e in slots.by_subject[subject] if e.label not in strengths]
+        people = [s for s in sorted(subjects) if s.strip().lower() not in DEFAULT_SUBJECTS]
+        closeness = (questions() if questions is not None and people else None) or {}
+        for subject in people:
+            rest = [e for e in slots.by_subject[subject] if e.label not in strengths]
+            weights = asked_strengths([e.label for e in rest], closeness, settings)
+            weighed += [(e, weights[e.label]) for e in rest]
     return Naming(leads, tuple(weighed), reasons, strengths)

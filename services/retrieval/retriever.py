@@ -169,8 +169,10 @@ class Retriever:
         quarantined routes as its probes: a quarantine must not leave an answer empty."""
         quarantined = [r for r in [*self.routes, self.slots] if reports.get(r.name) is not None
                        and reports[r.name].status == "quarantined"]
+        if not quarantined:
+            return {}
         found_cards = {card_id for hits in found.values() for card_id in hits.ids}
-        if not quarantined or len(found_cards) >= (query.top_n or self.tuning.top_n):
+        if len(found_cards) >= (query.top_n or self.tuning.top_n):
             return {}
         return self._run(tenant_id, query, quarantined, reports, self.settings.route_timeout_ms,
                          probe=True)

@@ -65,6 +65,10 @@ class Ranking:
 
     ids: Sequence[UUID]
     strengths: Sequence[float] | None = None
+    #: Cards of equal strength share the rank of the first of them: the route's order among
+    #: equals is no judgement (the slot stage weighs a person's slots alike); a route that orders
+    #: equals on purpose (tags: the newest first) leaves it off.
+    shared: bool = False
 
     def __post_init__(self) -> None:
         if self.strengths is not None and len(self.strengths) != len(self.ids):
@@ -86,17 +90,22 @@ def rrf(rankings: Rankings, k: int = 60, weights: Mapping[str, float] | None = N
     ``weight × strength / (k + rank)``, rank from 1; repeats in a route count once, at their best
     rank (the ranks :func:`route_ranks` reports). With every strength and weight 1 it is plain
     RRF. Ranks alone compress — ranks 1 and 4 of a route differ by under 5 % at k = 60 — so a
-    route that measures how well a card matches says so through the strength."""
+    route that measures how well a card matches says so through the strength. In a ``shared``
+    ranking, cards of the same strength share the rank of the first of them."""
     scores: dict[UUID, float] = {}
     for route, found in rankings.items():
         ranking = as_ranking(found)
         weight = 1.0 if weights is None else weights.get(route, 1.0)
         seen: set[UUID] = set()
+        rank, previous = 0, None
         for index, card_id in enumerate(ranking.ids):
-            if card_id not in seen:
-                seen.add(card_id)
-                contribution = weight * ranking.strength(index) / (k + index + 1)
-                scores[card_id] = scores.get(card_id, 0.0) + contribution
+            if card_id in seen:
+                continue
+            seen.add(card_id)
+            strength = ranking.strength(index)
+            if not ranking.shared or strength != previous:
+                rank, previous = index + 1, strength
+            scores[card_id] = scores.get(card_id, 0.0) + weight * strength / (k + rank)
     return scores
 
 

@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -20,9 +21,17 @@ from psycopg import sql
 from domain.errors import InvalidCommandError
 from projections.text import query_terms
 from services.retrieval.lexicon import BY_WORD, EXAMPLES, types_named
-from services.retrieval.naming import SlotEntry, Slots, example_concepts, label_text, name_slots
+from services.retrieval.naming import (
+    SlotEntry,
+    Slots,
+    example_concepts,
+    label_question,
+    label_text,
+    name_slots,
+)
 from services.retrieval.postprocess import LeadKey, type_key
 from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters, scope_of
+from services.retrieval.scoring import Ranking
 
 _CATALOGUE = """SELECT slot_id, scope, project_id, group_id, subject, label, cardinality
 FROM {s}.slots s WHERE {scope}"""
@@ -76,10 +85,11 @@ class SlotFinder:
                  tenant_id: str = "", **extra: Any) -> Hits:
         slots = self.catalogue(conn, ctx, query, tenant_id)
         similarities = self.similarities(query.text, slots.labels)
+        questions = partial(self.similarities, query.text, slots.labels, form=label_question)
         examples = example_concepts(self.examples(query.text), ctx.settings)
         names_time = _names_time(query)
         naming = name_slots(query.words, slots, ctx.settings, similarities=similarities,
-                            examples=examples, names_time=names_time)
+                            examples=examples, names_time=names_time, questions=questions)
         strengths = {e.slot_id: 1.0 for e in naming.leads} | {e.slot_id: s for e, s in naming.weighed}
         types = types_named(query_terms(query.words))
         if not strengths and not types:
@@ -120,11 +130,13 @@ class SlotFinder:
             self._catalogues[key] = (now, slots)
         return slots
 
-    def similarities(self, text: str, labels: Sequence[str]) -> dict[str, float] | None:
-        """Each label's embedding similarity to ``text``; None without an embedder."""
+    def similarities(self, text: str, labels: Sequence[str],
+                     form: Callable[[str], str] = label_text) -> dict[str, float] | None:
+        """Each label's embedding similarity to ``text`` — of the label's words, or of what
+        ``form`` makes of it —; None without an embedder."""
         if self.vector is None or self.embed is None or not labels:
             return None
-        missing = sorted({label_text(label) for label in labels} - self._labels.keys())
+        missing = sorted({form(label) for label in labels} - self._labels.keys())
         if missing:
             vectors = np.asarray(self.embed(missing), dtype=np.float32)
             vectors /= np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-9)
@@ -133,7 +145,7 @@ class SlotFinder:
                     self._labels.clear()
                 self._labels.update(zip(missing, vectors, strict=True))
         asked = self.vector(text)
-        return {label: float(self._labels[label_text(label)] @ asked) for label in labels}
+        return {label: float(self._labels[form(label)] @ asked) for label in labels}
 
     def examples(self, text: str) -> dict[str, float]:
         """Each concept's closest example question's similarity to ``text`` (none without an
@@ -158,6 +170,10 @@ class SlotHits(Hits):
     """The slot stage's answer: the named slots' valid cards as a ranking, and what leads."""
 
     leads: tuple[LeadKey, ...] = ()
+
+    def ranking(self) -> Ranking:
+        """The named slots' cards weighed alike are alike: they share a rank in the fusion."""
+        return Ranking(self.ids, self.strengths, shared=True)
 
 
 def _names_time(query: RetrievalQuery) -> bool:

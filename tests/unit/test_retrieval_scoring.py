@@ -13,6 +13,7 @@ from services.retrieval.scoring import (
     Candidate,
     Contradiction,
     DecayPolicy,
+    Ranking,
     ScopeBoost,
     age_days,
     aging_facts,
@@ -74,6 +75,13 @@ class TestRRF:
 
     def test_a_repeat_within_a_route_counts_once_at_its_best_rank(self) -> None:
         assert rrf({"fuzzy": [A, B, A]}) == {A: pytest.approx(1 / 61), B: pytest.approx(1 / 62)}
+
+    def test_in_a_shared_ranking_equally_strong_cards_share_the_first_one_s_rank(self) -> None:
+        scores = rrf({"slots": Ranking([A, B, C, D], [0.6, 0.3, 0.3, 0.3], shared=True)})
+        assert scores[A] == pytest.approx(0.6 / 61)
+        assert scores[B] == scores[C] == scores[D] == pytest.approx(0.3 / 62)
+        # a route that orders equals on purpose keeps positions
+        assert rrf({"tags": Ranking([A, B], [1.0, 1.0])})[B] == pytest.approx(1 / 62)
 
     def test_empty_and_failed_routes_add_nothing(self) -> None:
         assert rrf({}) == {}
