@@ -59,7 +59,7 @@ from psycopg.types.json import Jsonb
 from infra.embedded_pg import release_embedded
 from infra.embedders import create_embedder
 from infra.postgres import admin_database
-from infra.settings import RetrievalSettings, Settings
+from infra.settings import Settings
 from services.client import Client
 from services.retrieval.breaker import nearest_rank
 from tests.benchmarks.bench_retrieval import (
@@ -417,7 +417,7 @@ def serving(folder: Path) -> Iterator[tuple[Server, Memory]]:
 
 def run(folder: Path, args: argparse.Namespace) -> None:
     figures = Figures()
-    retrieval = RetrievalSettings(breaker_p95_ms=1e9)
+    retrieval = Settings().retrieval.model_copy(update={"breaker_p95_ms": 1e9})  # and PALIMPSEST_RETRIEVAL__*
     settings = Settings(data_dir=folder / "data", auto_bootstrap=False, retrieval=retrieval)
     per_client = max(1, args.writes // args.clients)
     with serving(folder) as (server, memory):

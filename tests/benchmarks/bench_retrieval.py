@@ -65,7 +65,7 @@ from psycopg import sql
 from domain.rules.tags import normalise_tag
 from infra.embedders import Embedder, content_hash, create_embedder
 from infra.postgres import admin_database, bootstrap, runtime_database, vector_search_available
-from infra.settings import RetrievalSettings, Settings
+from infra.settings import Settings
 from projections.cards import _text_columns
 from projections.ops import CARD_COLUMNS, SLOT_COLUMNS
 from projections.text import slot_words
@@ -835,7 +835,9 @@ def main() -> None:
     args = parser.parse_args()
     sizes = sorted(int(s) for s in args.sizes.split(","))
     folder = args.data_dir or Path(tempfile.mkdtemp(prefix="palimpsest-bench-retrieval-"))
-    retrieval = RetrievalSettings() if args.breakers else RetrievalSettings(breaker_p95_ms=1e9)
+    retrieval = Settings().retrieval  # with any PALIMPSEST_RETRIEVAL__* of the environment
+    if not args.breakers:
+        retrieval = retrieval.model_copy(update={"breaker_p95_ms": 1e9})
     settings = Settings(data_dir=folder / "data", retrieval=retrieval)
     if not vector_search_available(settings):
         raise SystemExit("this server cannot compute vector distances: run python -m infra.pgvector_build")
