@@ -36,12 +36,10 @@ import json
 import os
 import queue
 import re
-import shutil
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -56,7 +54,6 @@ import psutil
 import psycopg
 from psycopg.types.json import Jsonb
 
-from infra.embedded_pg import release_embedded
 from infra.embedders import create_embedder
 from infra.postgres import admin_database
 from infra.settings import Settings
@@ -70,6 +67,7 @@ from tests.benchmarks.bench_retrieval import (
     embed_bases,
     grow,
 )
+from tests.benchmarks.folders import bench_folder
 
 TENANT = "local"  # the tenant of the key `serve` makes on the embedded default
 NOISE = "bench-noise"
@@ -477,21 +475,6 @@ def main() -> None:
     args = parser.parse_args()
     with bench_folder(args.data_dir, args.keep, "palimpsest-bench-api-") as folder:
         run(folder, args)
-
-
-@contextmanager
-def bench_folder(data_dir: Path | None, keep: bool, prefix: str) -> Iterator[Path]:
-    """``data_dir``, or a temporary folder removed at the end unless ``keep``; the embedded
-    server this process joined (to read the figures) is left before the folder goes."""
-    folder = data_dir or Path(tempfile.mkdtemp(prefix=prefix))
-    folder.mkdir(parents=True, exist_ok=True)
-    print(f"data folder {folder}", flush=True)
-    try:
-        yield folder
-    finally:
-        release_embedded(folder / "data")
-        if data_dir is None and not keep:
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -31,6 +30,7 @@ import psycopg
 from infra.postgres import admin_database, bootstrap, stop_embedded
 from infra.settings import Settings
 from services.factory import create_app
+from tests.benchmarks.folders import bench_folder
 from tests.support import state
 
 BODY = "x" * 400  # about the size of one stored remember event
@@ -97,7 +97,11 @@ def main() -> None:
     parser.add_argument("--writes", type=int, default=1_000)
     parser.add_argument("--clients", default="1,4,8")
     args = parser.parse_args()
-    data_dir = Path(tempfile.mkdtemp(prefix="palimpsest-commands-"))
+    with bench_folder(None, False, "palimpsest-commands-") as folder:
+        run(folder / "data", args)
+
+
+def run(data_dir: Path, args: argparse.Namespace) -> None:
     settings = Settings(persistence="postgres", data_dir=data_dir, auto_bootstrap=False)
     admin = admin_database(settings)
     try:

@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import statistics
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from infra.postgres import admin_database, bootstrap, stop_embedded
 from infra.settings import Settings
 from services.factory import create_app
 from services.memory import Palimpsest
+from tests.benchmarks.folders import bench_folder
 from tests.support import state
 
 #: name → (conflict_retries, conflict_lock, conflict_backoff in seconds)
@@ -168,7 +168,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--options", default=",".join(OPTIONS))
     args = parser.parse_args()
-    data_dir = Path(tempfile.mkdtemp(prefix="palimpsest-contention-"))
+    with bench_folder(None, False, "palimpsest-contention-") as folder:
+        run(folder / "data", args)
+
+
+def run(data_dir: Path, args: argparse.Namespace) -> None:
     settings = Settings(persistence="postgres", data_dir=data_dir, auto_bootstrap=False)
     admin = admin_database(settings)
     try:

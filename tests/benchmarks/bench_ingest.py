@@ -38,7 +38,8 @@ from infra.postgres import admin_database
 from infra.settings import Settings
 from services.client import Client
 from services.retrieval.breaker import nearest_rank
-from tests.benchmarks.bench_api import TENANT, Server, bench_folder, start_server, stop_server
+from tests.benchmarks.bench_api import TENANT, Server, start_server, stop_server
+from tests.benchmarks.folders import bench_folder
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
 
 PLAIN = ["I switched to the night shift", "我現在住在台中", "We use Postgres for the queue",
