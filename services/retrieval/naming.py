@@ -86,18 +86,18 @@ def label_question(label: str) -> str:
     return f"{label}是什麼？" if _CJK.search(label) else f"what is the {label_text(label)}?"
 
 
-def asked_strengths(labels: Sequence[str], asked: Mapping[str, float],
+def asked_strengths(labels: Sequence[str], closeness: Mapping[str, float],
                     settings: RetrievalSettings) -> dict[str, float]:
     """How much each of a named person's labels weighs when the question names none of them:
     :data:`SUBJECT_ONLY`, rising to ``slot_asked`` as the question comes within
-    ``slot_asked_spread`` of the closest label's question (``asked``: label → similarity)."""
-    known = [asked[label] for label in labels if label in asked]
+    ``slot_asked_spread`` of the closest label's question (``closeness``: label → similarity)."""
+    known = [closeness[label] for label in labels if label in closeness]
     if not known:
         return dict.fromkeys(labels, SUBJECT_ONLY)
     best, spread = max(known), settings.slot_asked_spread
     lift = max(settings.slot_asked - SUBJECT_ONLY, 0.0)
-    return {label: SUBJECT_ONLY + lift * max(0.0, 1 - (best - asked[label]) / spread)
-            if label in asked else SUBJECT_ONLY for label in labels}
+    return {label: SUBJECT_ONLY + lift * max(0.0, 1 - (best - closeness[label]) / spread)
+            if label in closeness else SUBJECT_ONLY for label in labels}
 
 
 def subject_named(subject: str, asked: frozenset[str], folded: str, first_person: bool) -> bool:
