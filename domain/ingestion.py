@@ -86,6 +86,13 @@ class Ingestion(TenantAggregate):
         candidates: tuple[dict[str, Any], ...]
         model: str
         attempts: int
+        #: Candidates not written, each with ``rejected``: why (a value the turn does not support).
+        rejected: tuple[dict[str, Any], ...]
+        class_version = 2
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["rejected"] = ()  # recorded before candidates were checked against the turn
 
     class Applied(TenantAggregate.Event):
         card_ids: tuple[str, ...]
@@ -118,6 +125,7 @@ class Ingestion(TenantAggregate):
         self.received_at = timestamp
         self._status = IngestStatus.RECEIVED
         self.candidates: tuple[dict[str, Any], ...] = ()
+        self.rejected: tuple[dict[str, Any], ...] = ()
         self.model: str | None = None
         self.attempts = 0
         self.error: str | None = None
@@ -130,11 +138,12 @@ class Ingestion(TenantAggregate):
     # -- commands: guard, then the event ---------------------------------------------------
 
     def extract(self, candidates: tuple[dict[str, Any], ...], model: str, attempts: int,
-                now: datetime) -> None:
-        """The model's validated candidates, each with its time decision."""
+                now: datetime, rejected: tuple[dict[str, Any], ...] = ()) -> None:
+        """The model's validated candidates, each with its time decision and where it was
+        resolved to, and those rejected, each with why."""
         self._expect("record an extraction", IngestStatus.RECEIVED)
         self._extracted(candidates=tuple(candidates), model=model, attempts=attempts,
-                        timestamp=now)
+                        rejected=tuple(rejected), timestamp=now)
 
     def apply(self, card_ids: tuple[str, ...], now: datetime) -> None:
         """The candidates' commands were accepted: these are the cards they wrote."""
@@ -161,8 +170,9 @@ class Ingestion(TenantAggregate):
 
     @event(Extracted)
     def _extracted(self, candidates: tuple[dict[str, Any], ...], model: str, attempts: int,
-                   timestamp: datetime) -> None:
+                   rejected: tuple[dict[str, Any], ...], timestamp: datetime) -> None:
         self.candidates = tuple(candidates)
+        self.rejected = tuple(rejected)
         self.model = model
         self.attempts = attempts
         self.error = None

@@ -158,6 +158,22 @@ class Settings(BaseSettings):
     ingest_batch: int = Field(default=50, ge=1, le=1_000)
     #: Sessions a worker extracts side by side (a session's turns stay in order).
     ingest_concurrency: int = Field(default=8, ge=1, le=64)
+    #: What a turn's extraction is shown besides the turn (DESIGN rule 12): the session's last
+    #: ``ingest_context_turns`` turns, and at most ``ingest_catalogue_slots`` slots (label,
+    #: cardinality, current values) of the people the turn is about. Before reading them the
+    #: worker waits up to ``ingest_catalogue_wait_seconds`` for the read models to hold what it
+    #: wrote for the tenant.
+    ingest_context_turns: int = Field(default=4, ge=0, le=50)
+    ingest_catalogue_slots: int = Field(default=40, ge=0, le=500)
+    ingest_catalogue_wait_seconds: float = Field(default=5.0, ge=0.0)
+    #: Slot resolution: a candidate's label whose embedding sits at least ``ingest_label_reuse``
+    #: from one of its subject's labels (of no other concept) reuses that slot; at least
+    #: ``ingest_label_near`` opens a new slot proposed as the other's twin (consolidation).
+    ingest_label_reuse: float = Field(default=0.8, ge=0.0, le=1.0)
+    ingest_label_near: float = Field(default=0.6, ge=0.0, le=1.0)
+    #: Grounding: a candidate's value none of whose words stand in the turn (or the earlier turns
+    #: shown) is written only when its embedding sits at least this close to one of them.
+    ingest_grounding_floor: float = Field(default=0.45, ge=0.0, le=1.0)
     kafka_partitions: int = 4
     #: At most this many consecutive events of one tenant travel in one Kafka message.
     kafka_events_per_message: int = Field(default=100, ge=1)

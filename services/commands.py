@@ -193,10 +193,12 @@ class RerunIngestion(Command):
 
 class RecordExtraction(Command):
     """The extraction worker's validated candidates for a turn (plain JSON-valued dicts, each
-    with its time decision), the model that made them and how many calls it took."""
+    with its time decision and its slot resolution), those rejected (each with why), the model
+    that made them and how many calls it took."""
 
     ingestion_id: UUID
     candidates: tuple[dict[str, Any], ...]
+    rejected: tuple[dict[str, Any], ...] = ()
     model: str = Field(min_length=1, max_length=200)
     attempts: int = Field(ge=0)
 

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from infra.eventlog import event_store_env
 from infra.postgres import admin_database, bootstrap, runtime_database
 from infra.settings import Settings
 from services.application import Clock, utc_now
 from services.memory import Palimpsest
 from services.queries import Queries
+
+if TYPE_CHECKING:
+    from services.ingest.worker import IngestWorker
 
 
 def create_app(
@@ -41,3 +46,25 @@ def create_queries(settings: Settings | None = None, clock: Clock = utc_now) -> 
                           vector_search=vector_search_available(settings))
     retriever.warm_up()
     return Queries(read, retriever, settings, clock)
+
+
+def create_ingest_worker(settings: Settings, app: Palimpsest) -> IngestWorker:
+    """The extraction worker over ``app``: the model, the read models it reads each turn's
+    catalogue and earlier turns from (as the runtime role), and the embedder slot resolution
+    and grounding weigh with."""
+    from infra.embedders import create_embedder
+    from services.ingest.admission import Admission
+    from services.ingest.catalogue import ReadModelCatalogue, Similarity
+    from services.ingest.extraction import Extractor, Shown
+    from services.ingest.resolution import Thresholds
+    from services.ingest.worker import IngestWorker
+    from services.readmodels import ReadModels
+
+    read = ReadModels(runtime_database(admin_database(settings), settings), settings.read_schema,
+                      pool_size=2)
+    admission = Admission(Similarity(create_embedder(settings)),
+                          Thresholds(reuse=settings.ingest_label_reuse, near=settings.ingest_label_near),
+                          settings.ingest_grounding_floor)
+    return IngestWorker(app, Extractor.from_settings(settings), concurrency=settings.ingest_concurrency,
+                        catalogue=ReadModelCatalogue(read), admission=admission,
+                        shown=Shown.from_settings(settings))

@@ -19,9 +19,8 @@ from infra.heartbeats import Beat
 from infra.postgres import admin_database, bootstrap, runtime_database
 from infra.processes import Kafka, heartbeats, process_shutdown, wait_for_broker, watch
 from infra.settings import Settings
-from services.factory import create_app
-from services.ingest.extraction import Extractor, extraction_off_reason
-from services.ingest.worker import IngestWorker
+from services.factory import create_app, create_ingest_worker
+from services.ingest.extraction import extraction_off_reason
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +43,9 @@ def run_ingest_worker(settings: Settings, bootstrap_servers: str | None = None,
         bootstrap_servers = kafka.bootstrap
     if settings.auto_bootstrap:
         bootstrap(admin_database(settings), settings)
-    app = create_app(settings.model_copy(update={"auto_bootstrap": False}))
-    worker = IngestWorker(app, Extractor.from_settings(settings),
-                          concurrency=settings.ingest_concurrency)
+    settings = settings.model_copy(update={"auto_bootstrap": False})
+    app = create_app(settings)
+    worker = create_ingest_worker(settings, app)
     started = time.time()
     beats = heartbeats(runtime_database(admin_database(settings), settings).connect, settings,
                        ingest=lambda: Beat(True, started, f"{worker.applied} turn(s) applied, "
@@ -64,6 +63,7 @@ def run_ingest_worker(settings: Settings, bootstrap_servers: str | None = None,
         if consumer is not None:
             consumer.close(autocommit=False)
         beats.stop()
+        worker.close()
         app.close()
         if kafka is not None:
             kafka.close()

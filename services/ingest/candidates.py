@@ -26,8 +26,9 @@ SCHEMA_NAME = "memory_candidates"
 CARDINALITIES = ("single_value", "multi_value")
 #: The fields of one candidate, all required (strict structured output wants every field
 #: required; an absent value is ``null`` or ``[]``).
-CANDIDATE_FIELDS = ("kind", "memory_type", "subject", "label", "value", "cardinality_hint", "tags",
-                    "occurred_at_hint", "confidence", "title", "related_concepts")
+CANDIDATE_FIELDS = ("kind", "memory_type", "subject", "label", "existing_label", "value",
+                    "cardinality_hint", "tags", "occurred_at_hint", "confidence", "title",
+                    "related_concepts")
 
 _TEXT: dict[str, Any] = {"type": "string"}
 _TEXTS: dict[str, Any] = {"type": "array", "items": {"type": "string"}}
@@ -48,6 +49,7 @@ CANDIDATES_SCHEMA: dict[str, Any] = {
             "memory_type": {"type": "string", "enum": [t.value for t in MemoryType]},
             "subject": _TEXT,
             "label": _TEXT,
+            "existing_label": _NULLABLE_TEXT,
             "value": _TEXT,
             "cardinality_hint": {"type": ["string", "null"], "enum": [*CARDINALITIES, None]},
             "tags": _TEXTS,
@@ -84,13 +86,19 @@ class Candidate:
     title: str | None = None
     related: tuple[str, ...] = ()
     hint: str | None = None
+    #: The label of a slot shown to the model that it says this card updates.
+    existing_label: str | None = None
+    #: Where slot resolution put the card and why (``services.ingest.resolution``), and whether
+    #: its value is grounded in the text shown (``services.ingest.grounding``).
+    resolution: dict[str, Any] | None = None
 
     def stored(self) -> dict[str, Any]:
         """A plain dict for the ``Ingestion.Extracted`` event (JSON types only)."""
         return {"kind": self.kind, "memory_type": self.memory_type, "subject": self.subject,
                 "label": self.label, "value": self.value, "confidence": self.confidence,
                 "time": self.time.stored(), "cardinality": self.cardinality, "tags": list(self.tags),
-                "title": self.title, "related": list(self.related), "hint": self.hint}
+                "title": self.title, "related": list(self.related), "hint": self.hint,
+                "existing_label": self.existing_label, "resolution": self.resolution}
 
     @classmethod
     def from_stored(cls, data: dict[str, Any]) -> Candidate:
@@ -149,6 +157,7 @@ def validate(raw: Any, text: str, said_at: datetime, zone: ZoneInfo, policy: Pol
     hint = raw.get("occurred_at_hint")
     hint = hint if isinstance(hint, str) else None
     cardinality = raw.get("cardinality_hint")
+    existing = raw.get("existing_label")
     return Candidate(
         kind=kind, memory_type=memory_type, subject=subject, label=label, value=value,
         confidence=_confidence(raw.get("confidence")),
@@ -158,6 +167,7 @@ def validate(raw: Any, text: str, said_at: datetime, zone: ZoneInfo, policy: Pol
         title=(title or label or value.splitlines()[0][:120]) if kind == "knowledge" else None,
         related=_names(raw.get("related_concepts"), policy) if kind == "knowledge" else (),
         hint=hint,
+        existing_label=existing.strip() or None if isinstance(existing, str) else None,
     )
 
 

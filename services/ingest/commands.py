@@ -104,16 +104,19 @@ class IngestCommands(BaseApplication):
 
     def record_extraction(self, tenant_id: str, ingestion_id: UUID,
                           candidates: Iterable[dict[str, Any]], model: str,
-                          attempts: int) -> WriteResult:
-        """The model's validated candidates (plain JSON-valued dicts), before any card is
-        written: a worker that dies later applies these again without asking the model."""
+                          attempts: int, rejected: Iterable[dict[str, Any]] = ()) -> WriteResult:
+        """The model's validated, resolved candidates (plain JSON-valued dicts), and those
+        rejected with why, before any card is written: a worker that dies later applies these
+        again without asking the model."""
         command = RecordExtraction(ingestion_id=ingestion_id,
                                    candidates=tuple(_printable(dict(c)) for c in candidates),
+                                   rejected=tuple(_printable(dict(c)) for c in rejected),
                                    model=_printable(model), attempts=attempts)
 
         def decide(now: datetime):  # type: ignore[no-untyped-def]
             ingestion = self._ingestion(tenant_id, ingestion_id)
-            ingestion.extract(command.candidates, command.model, command.attempts, now)
+            ingestion.extract(command.candidates, command.model, command.attempts, now,
+                              command.rejected)
             return [ingestion], _moved(ingestion)
 
         return self._execute(tenant_id, command, decide)

@@ -5,13 +5,18 @@ notifications (the ingest relay publishes only those). For each, the worker load
 ``Ingestion`` and goes on from where it stands:
 
 * ``received`` — the model is asked (:class:`services.ingest.extraction.Extractor`, retries with
-  backoff inside); its validated candidates are recorded (``Extracted``) before any card is
-  written, so a worker that dies after this point applies the same candidates when it comes back,
+  backoff inside), shown the slots the memory holds of the people the turn is about and the
+  session's earlier turns (:mod:`services.ingest.catalogue`); each candidate's value is checked
+  against that text and its slot resolved against the tenant's (:mod:`services.ingest.admission`);
+  what is admitted, where, and what is rejected, with why, is recorded (``Extracted``) before any
+  card is written, so a worker that dies after this point applies the same candidates when it comes back,
   without asking the model again; when every retry failed, the turn is dead-lettered
   (``DeadLettered``) — it stays listed until a re-run;
 * ``extracted`` — each candidate becomes an ordinary command (:func:`plan_commands`) with a
   request id derived from the turn and the candidate's place, so a command applied before a crash
-  is answered from its receipt, not stored twice; then ``Applied`` with the cards' ids;
+  is answered from its receipt, not stored twice; a card whose new slot sits close to an existing
+  one is proposed as its twin (a consolidation proposal, never merged silently); then
+  ``Applied`` with the cards' ids;
 * ``applied`` or ``dead_letter`` — nothing to do (a message delivered again).
 
 The turns of one session are taken in order, sessions side by side (``concurrency`` threads: a
@@ -35,8 +40,18 @@ from uuid import UUID
 from domain.errors import ConcurrentWriteError, PalimpsestError, StoreUnavailableError
 from domain.ingestion import Ingestion
 from infra.relay_messages import RelayError, decode_messages
-from services.commands import Link
-from services.ingest.extraction import ExtractionFailed, Extractor, TurnToExtract, plan_commands
+from services.commands import Link, Remember
+from services.ingest.admission import Admission, near_twin, twin_proposal
+from services.ingest.catalogue import Catalogue, CatalogueSlot, NoCatalogue
+from services.ingest.extraction import (
+    ExtractionFailed,
+    Extractor,
+    Shown,
+    TurnContext,
+    TurnToExtract,
+    plan_commands,
+)
+from services.ingest.resolution import Thresholds
 
 log = logging.getLogger(__name__)
 
@@ -49,9 +64,18 @@ class IngestWorker:
     turn, :meth:`run` follows the ingest topic until ``stop``."""
 
     def __init__(self, app: Any, extractor: Extractor, *, concurrency: int = 8,
-                 max_backoff: float = 10.0, sleep: Callable[[float], bool] | None = None) -> None:
+                 max_backoff: float = 10.0, sleep: Callable[[float], bool] | None = None,
+                 catalogue: Catalogue | None = None, admission: Admission | None = None,
+                 shown: Shown | None = None) -> None:
         self.app = app
         self.extractor = extractor
+        self.catalogue = catalogue or NoCatalogue()
+        self.admission = admission or Admission(None, Thresholds(reuse=1.0, near=1.0), 1.0)
+        self.shown = shown or Shown()
+        #: Per tenant, the last position this worker wrote: the read models are waited for up to
+        #: it before a turn's catalogue is read.
+        self._written: dict[str, int] = {}
+        self._written_lock = threading.Lock()
         self.concurrency = max(1, concurrency)
         self.max_backoff = max_backoff
         self.applied = 0
@@ -116,24 +140,50 @@ class IngestWorker:
         """Take the turn as far as it goes; its status after."""
         ingestion = self.app.load(tenant_id, ingestion_id, Ingestion, "ingested turn")
         if ingestion.status == "received":
+            turn = turn_of(ingestion)
+            slots, context = self.context(turn)
             try:
-                extraction = self.extractor.extract(turn_of(ingestion))
+                extraction = self.extractor.extract(turn, context)
             except ExtractionFailed as failed:
                 self.app.record_dead_letter(tenant_id, ingestion_id, str(failed), failed.attempts)
                 self.dead_lettered += 1
                 log.warning("ingest: turn %s/%s dead-lettered after %d attempt(s): %s",
                             ingestion.session_id, ingestion.turn_id, failed.attempts, failed)
                 return "dead_letter"
+            admitted = self.admission.admit(extraction.candidates, context.texts(turn), slots)
+            for rejected in admitted.rejected:
+                log.info("ingest: turn %s/%s: %r not written: %s", turn.session_id, turn.turn_id,
+                         rejected["value"][:80], rejected["rejected"])
             self.app.record_extraction(
-                tenant_id, ingestion_id, [c.stored() for c in extraction.candidates],
-                extraction.model, extraction.attempts)
+                tenant_id, ingestion_id, [c.stored() for c in admitted.candidates],
+                extraction.model, extraction.attempts, admitted.rejected)
             ingestion = self.app.load(tenant_id, ingestion_id, Ingestion, "ingested turn")
         if ingestion.status == "extracted":
             card_ids = self.apply(tenant_id, ingestion)
-            self.app.record_applied(tenant_id, ingestion_id, card_ids)
+            self._wrote(tenant_id, self.app.record_applied(tenant_id, ingestion_id, card_ids))
             self.applied += 1
             return "applied"
         return str(ingestion.status)
+
+    def context(self, turn: TurnToExtract) -> tuple[list[CatalogueSlot], TurnContext]:
+        """The tenant's slots (once the read models hold what this worker wrote for it), and
+        what the turn's extraction is shown: the slots of the people it is about and the
+        session's earlier turns, bounded by ``shown``."""
+        with self._written_lock:
+            position = self._written.get(turn.tenant_id, 0)
+        self.catalogue.wait_for(turn.tenant_id, position, self.shown.wait_seconds)
+        slots = self.catalogue.slots(turn.tenant_id)
+        previous = self.catalogue.previous_turns(turn.tenant_id, turn.session_id, turn.said_at,
+                                                 self.shown.turns)
+        texts = [turn.text, *(prior.text for prior in previous)]
+        return slots, TurnContext(slots=tuple(self.shown.about(slots, texts)),
+                                  previous=tuple(previous), value_chars=self.shown.value_chars,
+                                  turn_chars=self.shown.turn_chars)
+
+    def _wrote(self, tenant_id: str, result: Any) -> None:
+        position = getattr(result, "position", None) or 0
+        with self._written_lock:
+            self._written[tenant_id] = max(self._written.get(tenant_id, 0), position)
 
     def apply(self, tenant_id: str, ingestion: Ingestion) -> list[str]:
         """The recorded candidates as commands, in order; the ids of the cards they wrote."""
@@ -152,15 +202,27 @@ class IngestWorker:
                 card_ids.append(str(result.card_id))
                 if command.kind == "knowledge":
                     knowledge.append(result.card_id)
+                if (twin := near_twin(ingestion.candidates[index])) is not None:
+                    self._propose_twin(tenant_id, command, result.card_id, twin)
         self._relate(tenant_id, ingestion, knowledge)
         return card_ids
 
+    def _propose_twin(self, tenant_id: str, command: Remember, card_id: UUID,
+                      resolution: dict[str, Any]) -> None:
+        """A card that opened a slot close to another of its subject's: proposed to take the
+        place of the twin's current value, for a person to accept or reject."""
+        proposal = twin_proposal(self.app, tenant_id, command, card_id, resolution)
+        if proposal is not None:
+            self.app.propose(tenant_id, proposal)
     def _relate(self, tenant_id: str, ingestion: Ingestion, knowledge: list[UUID]) -> None:
         """Concepts discussed in one turn are ``related_to`` each other."""
         for first, second in _pairs(knowledge):
             self.app.link(tenant_id, Link(
                 card_id=first, edge="related_to", target_id=second,
                 request_id=f"ingest:{ingestion.id}:related:{first}:{second}"))
+
+    def close(self) -> None:
+        self.catalogue.close()
 
     # -- the topic --
 

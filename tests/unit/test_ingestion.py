@@ -287,3 +287,22 @@ def test_the_projection_keeps_one_row_per_turn(app, clock) -> None:
     app.record_applied(tenant, ingestion_id, [ingestion_id])
     sink.apply_all(operations(all_events(app)[-1]))
     assert row["card_ids"] == [str(ingestion_id)] and row["status"] == "applied"
+
+
+def test_an_extraction_recorded_before_rejections_were_kept_reads_with_none(app) -> None:
+    """``Extracted`` v1 (stored before candidates were checked against the turn) is upcast."""
+    tenant = new_tenant()
+    ingestion_id = received(app, tenant).ingestion_id
+    app.record_extraction(tenant, ingestion_id, [{"kind": "event"}], "m", 1,
+                          rejected=[{"value": "x", "rejected": "no support"}])
+    stored = app.recorder.select_events(ingestion_id)[-1]
+    state = app.mapper.transcoder.decode(stored.state)
+    assert list(state.pop("rejected")) == [{"value": "x", "rejected": "no support"}]
+    state.pop("class_version", None)
+    old = type(stored)(originator_id=stored.originator_id,
+                       originator_version=stored.originator_version, topic=stored.topic,
+                       state=app.mapper.transcoder.encode(state))
+    event = app.mapper.to_domain_event(old)
+    assert tuple(event.rejected) == () and list(event.candidates) == [{"kind": "event"}]
+    assert list(app.load(tenant, ingestion_id, Ingestion).rejected) == [
+        {"value": "x", "rejected": "no support"}]
