@@ -3,7 +3,8 @@
 Registered on :func:`projections.cards.project` (that module imports this one at its end), so the
 incremental projector and a rebuild apply the same operations: one ``PutRecord`` when the turn is
 received, a ``ChangeRecord`` for each later step. ``updated_at`` is the step's event time,
-``received_at`` the ``Received`` event's; ``candidates`` counts what the model proposed;
+``received_at`` the ``Received`` event's; ``candidates`` counts what the model proposed and was
+admitted, ``rejected`` what was not (its value has no support in the turn);
 ``card_ids`` are the cards the candidates became.
 """
 
@@ -31,14 +32,14 @@ def _(event: Any) -> list[Op]:
         "turn_id": event.turn_id, "role": event.role, "agent_id": event.agent_id,
         "said_at": event.said_at, "timezone": event.timezone, "received_at": event.timestamp,
         "status": IngestStatus.RECEIVED.value, "attempts": 0, "error": None, "candidates": None,
-        "card_ids": None, "updated_at": event.timestamp,
+        "card_ids": None, "rejected": None, "updated_at": event.timestamp,
     })]
 
 
 @project.register(Ingestion.Extracted)  # type: ignore[attr-defined]
 def _(event: Any) -> list[Op]:
     return _change(event, status=IngestStatus.EXTRACTED.value, attempts=event.attempts,
-                   candidates=len(event.candidates), error=None)
+                   candidates=len(event.candidates), rejected=len(event.rejected), error=None)
 
 
 @project.register(Ingestion.Applied)  # type: ignore[attr-defined]

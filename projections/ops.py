@@ -109,7 +109,7 @@ RECORDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "ingestions": ("ingestion_id", (
         "tenant_id", "ingestion_id", "event_card_id", "session_id", "turn_id", "role", "agent_id",
         "said_at", "timezone", "received_at", "status", "attempts", "error", "candidates",
-        "card_ids", "updated_at")),
+        "card_ids", "rejected", "updated_at")),
     "proposals": ("proposal_id", (
         "tenant_id", "proposal_id", "kind", "src_id", "dst_id", "edge", "rationale", "score",
         "proposed_at", "review", "reviewed_at", "reviewed_by", "note")),

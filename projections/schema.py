@@ -216,6 +216,8 @@ CREATE TABLE IF NOT EXISTS {s}.ingestions (
     PRIMARY KEY (tenant_id, ingestion_id)
 );
 CREATE INDEX IF NOT EXISTS ingestions_status ON {s}.ingestions (tenant_id, status);
+-- How many of the model's candidates were not written (a value the turn does not support).
+ALTER TABLE {s}.ingestions ADD COLUMN IF NOT EXISTS rejected integer;
 
 -- Idempotency by event identity: the last version of each aggregate applied by a projection.
 CREATE TABLE IF NOT EXISTS {s}.projection_tracking (

@@ -68,8 +68,11 @@ class IngestionRecord(BaseModel):
     status: str
     attempts: int
     error: str | None
-    #: How many candidate cards the model proposed (once extracted).
+    #: How many candidate cards the model proposed that were admitted (once extracted).
     candidates: int | None
+    #: How many it proposed that were not written: their value has no support in the turn or the
+    #: earlier turns shown (each with why in ``Ingestion.Extracted``).
+    rejected: int | None = None
     #: The cards the candidates became (once applied).
     card_ids: list[UUID] | None
     updated_at: datetime
