@@ -166,14 +166,15 @@ class Settings(BaseSettings):
     ingest_context_turns: int = Field(default=4, ge=0, le=50)
     ingest_catalogue_slots: int = Field(default=40, ge=0, le=500)
     ingest_catalogue_wait_seconds: float = Field(default=5.0, ge=0.0)
-    #: Slot resolution: a candidate's label whose embedding sits at least ``ingest_label_reuse``
-    #: from one of its subject's labels (of no other concept) reuses that slot; at least
+    #: Slot resolution: a candidate that sits at least ``ingest_label_reuse`` close to one of its
+    #: subject's slots of no other concept (the mean of the labels' embedding similarity and that
+    #: of "label: value" against the slot's current value) reuses that slot; at least
     #: ``ingest_label_near`` opens a new slot proposed as the other's twin (consolidation).
-    ingest_label_reuse: float = Field(default=0.8, ge=0.0, le=1.0)
-    ingest_label_near: float = Field(default=0.6, ge=0.0, le=1.0)
+    ingest_label_reuse: float = Field(default=0.6, ge=0.0, le=1.0)
+    ingest_label_near: float = Field(default=0.45, ge=0.0, le=1.0)
     #: Grounding: a candidate's value none of whose words stand in the turn (or the earlier turns
     #: shown) is written only when its embedding sits at least this close to one of them.
-    ingest_grounding_floor: float = Field(default=0.45, ge=0.0, le=1.0)
+    ingest_grounding_floor: float = Field(default=0.25, ge=0.0, le=1.0)
     kafka_partitions: int = 4
     #: At most this many consecutive events of one tenant travel in one Kafka message.
     kafka_events_per_message: int = Field(default=100, ge=1)

@@ -126,7 +126,7 @@ def test_a_value_the_conversation_never_mentioned_is_rejected_and_recorded(app, 
 def test_a_near_twin_opens_its_slot_and_a_proposal(app, worker, fake_llm) -> None:  # type: ignore[no-untyped-def]
     class Near(Similarity):
         def closeness(self, label: str, value: str, slots: Sequence[KnownSlot]) -> dict[str, float]:
-            return {slot.label: 0.65 for slot in slots}
+            return {slot.label: 0.5 for slot in slots}
 
     worker.admission.similarity = Near(worker.admission.similarity.embedder)  # type: ignore[union-attr]
     tenant = new_tenant()
@@ -141,4 +141,4 @@ def test_a_near_twin_opens_its_slot_and_a_proposal(app, worker, fake_llm) -> Non
     proposal = app.find(tenant, Proposal.create_id(tenant, "contradiction", older.card_id,
                                                    UUID(second.card_ids[0])), Proposal)
     assert proposal is not None and proposal.pending and proposal.edge == "supersedes"
-    assert "beside user/training_plan" in proposal.rationale and proposal.score == 0.65
+    assert "beside user/training_plan" in proposal.rationale and proposal.score == 0.5
