@@ -118,9 +118,13 @@ def resolve_subject(subject: str, known: Sequence[str]) -> tuple[str, str]:
             return name, "the same name" if name == subject else f"written as {name!r} before"
     words = set(bare.split())
     holding = [name for form, name in by_fold.items()
-               if form != fold_name(USER) and words and words <= set(form.split())]
+               if form != USER and words and words <= set(form.split())]
     if len(holding) == 1:
         return holding[0], f"{subject!r} is part of the name {holding[0]!r}"
+    held = [name for form, name in by_fold.items()
+            if form != USER and len(words) > 1 and set(form.split()) < words]
+    if len(held) == 1:
+        return held[0], f"{held[0]!r} is part of the name {subject!r}"
     return subject if bare == folded else bare, "a subject not seen before"
 
 

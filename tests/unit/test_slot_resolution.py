@@ -51,6 +51,7 @@ def test_the_first_person_is_the_user(said: str) -> None:
     ("ＡＮＮＡ", ["Anna"], "Anna"),
     ("媽媽", ["妈妈"], "妈妈"),
     ("Jonas", ["Jonas Weber", "Anna"], "Jonas Weber"),
+    ("Jonas Weber", ["Jonas", "Anna"], "Jonas"),
     ("my sister", ["sister"], "sister"),
     ("我的姊姊", ["姊姊"], "姊姊"),
 ])
