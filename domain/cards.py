@@ -33,6 +33,10 @@ class StateCard:
     #: The typed edge from this card to the card it revises or continues, if any.
     edge: str | None = None
     edge_target: UUID | None = None
+    #: When the value was stated, where that is earlier than it was recorded (an ingested turn's
+    #: ``said_at``: a backfill of old conversations): rule 4's span and trailing window are
+    #: measured from it, as if the statement had been written when it was made.
+    stated_at: datetime | None = None
 
     @property
     def live(self) -> bool:

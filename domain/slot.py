@@ -259,9 +259,10 @@ class Slot(TenantAggregate):
         self, card: StateCard, latest: StateCard, now: datetime, policy: Policy
     ) -> Verdict:
         same_turn = is_same_turn(latest.provenance, latest.recorded_at, card.provenance, now, policy)
-        changes = recent_changes(self.change_times, now, policy)
+        stated = card.stated_at or now  # a backfilled statement is judged when it was made
+        changes = recent_changes(self.change_times, stated, policy)
         return judge(
-            same_turn=same_turn, changes=changes, valid_from=card.valid_from, now=now,
+            same_turn=same_turn, changes=changes, valid_from=card.valid_from, now=stated,
             policy=policy,
         )
 
@@ -340,7 +341,7 @@ class Slot(TenantAggregate):
         continued: tuple[StateCard, ...], layer: str, case_id: UUID | None, timestamp: datetime,
     ) -> None:
         self._apply_fork(card, closed, retracted, continued, timestamp)
-        self.change_times.append(timestamp)
+        self.change_times.append(card.stated_at or timestamp)
 
     @event("Overwritten")
     def _overwrite(

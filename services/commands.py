@@ -73,6 +73,9 @@ class Remember(Scoped):
     item_key: str | None = None
     valid_from: datetime | None = None
     valid_to: datetime | None = None
+    #: A state's statement time, when it was made before now (a backfill of old conversations):
+    #: arbitration (rule 4) judges the change as of then. Never after now.
+    stated_at: datetime | None = None
     occurred_at: datetime | None = None
     title: str | None = None
     tags: tuple[str, ...] = ()

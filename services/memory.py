@@ -24,7 +24,7 @@ from domain.knowledge import KnowledgeCard
 from domain.rules.arbitration import Decision
 from domain.rules.cardinality import decide_cardinality, normalise_label
 from domain.rules.tags import normalise_tags
-from domain.rules.validation import check_aware, check_content
+from domain.rules.validation import check_aware, check_content, check_not_future
 from domain.slot import Outcome, Slot, WriteOutcome
 from domain.values import Cardinality, CardKind, Edge, MemoryType, parse_kind
 from services.application import BaseApplication
@@ -96,6 +96,8 @@ class Palimpsest(IngestCommands, ProposalCommands, BaseApplication):
             # kept when the slot's cardinality (the table's, or the first declaration's) overrules it
             declared_cardinality=declared.value
             if declared is not None and declared is not slot.cardinality else None,
+            stated_at=check_not_future(command.stated_at, now, self.policy, "stated_at")
+            if command.stated_at is not None else None,
         )
         new_case = self.new_id(tenant_id, command, "case")
         outcome = slot.write(card, now=now, policy=self.policy, case_id=new_case)

@@ -204,6 +204,32 @@ class WriteSideScenarios(InputScenarios, ArbitrationCaseScenarios):
         )
         assert result.outcome == outcome
 
+    def test_a_backfill_is_judged_as_of_when_each_change_was_stated(self, app, tenant, clock) -> None:
+        """Values stated on days 0, 40, 80, 95 and 99 of last year, all written today, are judged
+        as of their statements: none rewrites history, and day 99's is the third change in the
+        30 days before it (80, 95, 99)."""
+        start, outcomes = clock.now - timedelta(days=400), []
+        for day, value in ((0, "Taipei"), (40, "Kyoto"), (80, "Osaka"), (95, "Tainan")):
+            said = start + timedelta(days=day)
+            outcomes.append(app.remember(tenant, state("address", value, valid_from=said,
+                                                       stated_at=said)).outcome)
+        assert outcomes == ["remembered", "superseded", "superseded", "superseded"]
+        late = start + timedelta(days=99)
+        result = app.remember(tenant, state("address", "Tainan!", valid_from=late, stated_at=late))
+        assert result.outcome == "queued" and "high frequency: 3 changes" in (result.reason or "")
+
+    def test_a_backfilled_statement_that_rewrites_its_own_past_is_queued(self, app, tenant, clock) -> None:
+        said = clock.now - timedelta(days=200)
+        app.remember(tenant, state("address", "Taipei", valid_from=said - timedelta(days=300),
+                                   stated_at=said - timedelta(days=300)))
+        result = app.remember(tenant, state("address", "Kyoto", valid_from=said - timedelta(days=45),
+                                            stated_at=said))
+        assert result.outcome == "queued" and "large span: rewrites history 45 days" in (result.reason or "")
+
+    def test_a_statement_time_in_the_future_is_refused(self, app, tenant, clock) -> None:
+        with pytest.raises(FutureTimeError, match="stated_at"):
+            app.remember(tenant, state("address", "Taipei", stated_at=clock.now + timedelta(days=1)))
+
     def test_a_far_past_fact_in_an_empty_slot_is_no_conflict(self, app, tenant, clock) -> None:
         result = app.remember(
             tenant, state("school", "NTU", valid_from=clock.now - timedelta(days=4000))

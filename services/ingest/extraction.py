@@ -344,4 +344,4 @@ def _command(turn: TurnToExtract, candidate: Candidate, index: int) -> Remember:
     if candidate.memory_type == "blocker":
         return Remember(**common)
     return Remember(**common, subject=candidate.subject, label=candidate.label,
-                    cardinality=candidate.cardinality, valid_from=when)
+                    cardinality=candidate.cardinality, valid_from=when, stated_at=turn.said_at)

@@ -67,9 +67,11 @@ def worker(app, projector, runtime_db, fake_llm: FakeOpenAIServer, pg_settings: 
     made.close()
 
 
-def say(app: Any, worker: IngestWorker, tenant: str, turn: str, text: str, said_at: datetime) -> Ingestion:
-    """The turn, said as it happens (a backfill from months ago would rewrite history: rule 4)."""
-    app.test_clock.now = said_at + timedelta(seconds=5)
+def say(app: Any, worker: IngestWorker, tenant: str, turn: str, text: str, said_at: datetime,
+        live: bool = True) -> Ingestion:
+    """The turn, handed over as it is said (``live``), or months later (a backfill)."""
+    if live:
+        app.test_clock.now = said_at + timedelta(seconds=5)
     received = app.ingest_turn(tenant, IngestTurn(session_id="s1", turn_id=turn, role="user",
                                                   text=text, said_at=said_at, timezone="Europe/Berlin"))
     assert worker.handle(tenant, received.ingestion_id) == "applied"
@@ -142,3 +144,16 @@ def test_a_near_twin_opens_its_slot_and_a_proposal(app, worker, fake_llm) -> Non
                                                    UUID(second.card_ids[0])), Proposal)
     assert proposal is not None and proposal.pending and proposal.edge == "supersedes"
     assert "beside user/training_plan" in proposal.rationale and proposal.score == 0.5
+
+
+def test_a_backfilled_conversation_supersedes_as_it_was_said(app, worker, fake_llm) -> None:  # type: ignore[no-untyped-def]
+    """Turns of last spring handed over in June: each change is judged as of its turn (rule 4),
+    not queued as a rewrite of history months back."""
+    tenant, said = new_tenant(), app.test_clock.now - timedelta(days=120)
+    fake_llm.script(answer(candidate("Leipzig", label="city")),
+                    answer(candidate("Dresden", label="residence")))
+    say(app, worker, tenant, "1", "I live in Leipzig", said, live=False)
+    moved = say(app, worker, tenant, "2", "moved to Dresden this week", said + timedelta(days=40),
+                live=False)
+    assert moved.candidates[0]["label"] == "city"
+    assert current(app, tenant, "city") == ["Dresden"]
