@@ -31,7 +31,7 @@ from enum import StrEnum
 
 from domain.rules.cardinality import MULTI_VALUE_LABELS, SINGLE_VALUE_LABELS, normalise_label
 from domain.rules.tags import to_simplified
-from services.retrieval.lexicon import concepts_of_label
+from services.retrieval.lexicon import concept_strengths, concepts_of_label
 from services.retrieval.naming import label_words
 
 #: The subject a first-person candidate is about: the person speaking to the assistant.
@@ -137,9 +137,15 @@ def _label_key(label: str) -> str:
     return single if single and {key, single} & _TABLE else key
 
 
+def _words(label: str) -> str:
+    return label.replace("_", " ").replace("-", " ")
+
+
 def label_concepts(label: str) -> frozenset[str]:
-    """The lexicon's concepts a label stands for."""
-    return concepts_of_label(to_simplified(label.casefold()), label_words(label))
+    """The lexicon's concepts a label stands for (``concepts_of_label``); for a label that names
+    none that way, those it asks about as a question would (住在哪, "where she works")."""
+    named = concepts_of_label(to_simplified(label.casefold()), label_words(label))
+    return named or frozenset(concept_strengths(_words(label)))
 
 
 def resolve_label(label: str, value: str, chosen: str | None, slots: Sequence[KnownSlot],

@@ -78,9 +78,9 @@ def test_the_same_label_in_normalised_form_is_the_same_slot(said: str, existing:
 
 
 def test_the_models_choice_among_the_labels_shown_is_taken() -> None:
-    label, decision, why, *_ = resolve_label("eating style", "vegan", "food_rules",
-                                             slots("food_rules"), None, THRESHOLDS)
-    assert (label, decision) == ("food_rules", Decision.REUSED) and "model chose" in why
+    label, decision, why, *_ = resolve_label("coffee order", "oat flat white", "morning_brew",
+                                             slots("morning_brew"), None, THRESHOLDS)
+    assert (label, decision) == ("morning_brew", Decision.REUSED) and "model chose" in why
 
 
 def test_a_choice_of_another_concept_is_not_taken() -> None:
@@ -90,23 +90,23 @@ def test_a_choice_of_another_concept_is_not_taken() -> None:
 
 
 @pytest.mark.parametrize(("said", "existing"), [("home city", "residence"), ("居住地", "city"),
-                                                ("occupation", "job_title")])
+                                                ("occupation", "job_title"), ("住哪裡", "address")])
 def test_a_concept_both_labels_name_reuses_the_slot(said: str, existing: str) -> None:
     label, decision, why, *_ = resolve_label(said, "v", None, slots("pets", existing), None, THRESHOLDS)
     assert (label, decision) == (existing, Decision.REUSED) and "concept" in why
 
 
 def test_closeness_reuses_proposes_a_twin_or_opens_a_new_slot() -> None:
-    known = slots("gym_plan", "shoe_size")
-    close = closeness({"gym_plan": 0.8, "shoe_size": 0.2})
-    assert resolve_label("gym membership", "v", None, known, close, THRESHOLDS)[:2] == \
-        ("gym_plan", Decision.REUSED)
-    close = closeness({"gym_plan": 0.6, "shoe_size": 0.2})
-    label, decision, why, twin, score = resolve_label("gym membership", "v", None, known, close,
+    known = slots("morning_brew", "shoe_size")
+    close = closeness({"morning_brew": 0.8, "shoe_size": 0.2})
+    assert resolve_label("coffee order", "v", None, known, close, THRESHOLDS)[:2] == \
+        ("morning_brew", Decision.REUSED)
+    close = closeness({"morning_brew": 0.6, "shoe_size": 0.2})
+    label, decision, why, twin, score = resolve_label("coffee order", "v", None, known, close,
                                                       THRESHOLDS)
-    assert (label, decision, twin, score) == ("gym membership", Decision.NEAR_TWIN, "gym_plan", 0.6)
-    close = closeness({"gym_plan": 0.3, "shoe_size": 0.2})
-    assert resolve_label("gym membership", "v", None, known, close, THRESHOLDS)[1] is Decision.NEW
+    assert (label, decision, twin, score) == ("coffee order", Decision.NEAR_TWIN, "morning_brew", 0.6)
+    close = closeness({"morning_brew": 0.3, "shoe_size": 0.2})
+    assert resolve_label("coffee order", "v", None, known, close, THRESHOLDS)[1] is Decision.NEW
 
 
 def test_a_label_of_another_concept_is_never_reused_by_closeness() -> None:
