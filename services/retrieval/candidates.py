@@ -19,7 +19,8 @@ from services.retrieval.scoring import Candidate
 _FIELDS = """c.card_id, c.aggregate_id, c.kind, c.memory_type, c.scope, c.project_id, c.group_id,
     c.subject, c.label, c.cardinality, {value} AS value, {title} AS title, {status} AS status,
     c.valid_from, {valid_to} AS valid_to, c.occurred_at, c.recorded_at, {verified} AS verified_at,
-    {superseded} AS superseded, c.source, c.agent_id, c.inference_confidence, c.owner, c.due_at"""
+    {superseded} AS superseded, c.source, c.agent_id, c.inference_confidence, c.owner, c.due_at,
+    'conversation' = ANY(c.tags) AS conversation"""
 
 _CURRENT = "SELECT " + _FIELDS.format(
     value="c.content", title="c.title", status="c.status", valid_to="c.valid_to",
@@ -66,7 +67,8 @@ def load_candidates(conn: psycopg.Connection[Any], ctx: RouteContext, query: Ret
             # is reported on the result, not held against it (alerts, the superseded filter)
             verified_at=row["verified_at"], superseded=row["superseded"] and not query.as_of,
             edges=tuple(("contradicts", other) for other in contradicts.get(row["card_id"], ())),
-            group_id=row["group_id"], memory_type=row["memory_type"])
+            group_id=row["group_id"], memory_type=row["memory_type"],
+            conversation=row["conversation"])
     return candidates, records
 
 

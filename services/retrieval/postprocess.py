@@ -1,7 +1,8 @@
 """After the routes: fusion and post-processing in DESIGN §3's order, each step a pure function of
 plain data, with a trace of what each step did to each card for ``explain``.
 
-RRF (with each route's strengths and weight) → half-life decay as a bounded prior → scope boost →
+RRF (with each route's strengths and weight) → half-life decay as a bounded prior (for a question
+about now, conversation turns latest on the matter first: ``present``) → scope boost →
 read-your-own-writes overlay → superseded cards dropped (unless as-of) → the named slots' valid
 cards first, then the best of the rest → contradiction, aging and knowledge-freshness alerts.
 """
@@ -15,6 +16,7 @@ from typing import Any
 from uuid import UUID
 
 from domain.rules.cardinality import decide_cardinality
+from services.retrieval.present import ConversationPrior, latest_first
 from services.retrieval.scoring import (
     Candidate,
     Contradiction,
@@ -78,6 +80,7 @@ class Tuning:
     weights: Mapping[str, float] = field(default_factory=dict)
     #: Most cards of named slots that lead an answer (every item of a multi-value slot, up to this).
     slot_items: int = 20
+    conversation: ConversationPrior = ConversationPrior()
 
 
 @dataclass
@@ -127,9 +130,11 @@ def process(rankings: Rankings, candidates: Mapping[UUID, Candidate], *,
             now: datetime, as_of: bool, current_project: str | None, tuning: Tuning = Tuning(),
             pending: Sequence[PendingWrite] = (), top: int | None = None,
             decay_at: datetime | None = None, explain: bool = True,
-            fused: Mapping[UUID, float] | None = None, leads: Sequence[LeadKey] = ()) -> Outcome:
+            fused: Mapping[UUID, float] | None = None, leads: Sequence[LeadKey] = (),
+            present: bool = False) -> Outcome:
     """The whole chain; ``now`` is the query's reference time (the as-of moment for as-of);
-    ``decay_at`` where decay counts to, when not ``now`` (a question about April: April's end).
+    ``decay_at`` where decay counts to, when not ``now`` (a question about April: April's end);
+    ``present``: the question is about now (``present.asks_about_now``).
     ``explain=False`` leaves the trace empty: the ranking is the same, and cheaper to make.
     ``fused``: the RRF scores of ``rankings``, when the caller has them already. ``leads``: the
     slots the question names, whose valid cards come first."""
@@ -142,7 +147,9 @@ def process(rankings: Rankings, candidates: Mapping[UUID, Candidate], *,
     trace: dict[UUID, dict[str, Any]] = {
         card_id: {"routes": ranks.get(card_id, {}), "rrf": round(score, 6)}
         for card_id, score in fused.items()} if explain else {}
-    scores = _decayed(fused, candidates, decay_at or now, current_project, tuning, trace)
+    spoken = latest_first(rankings, candidates, tuning.conversation) \
+        if present and tuning.conversation.enabled else {}
+    scores = _decayed(fused, candidates, decay_at or now, current_project, tuning, trace, spoken)
     # a pending write is news of now: an as-of answer is about what was known then
     cards, scores, notes = overlay(candidates, scores, () if as_of else pending)
     for card_id, note in notes.items():
@@ -179,22 +186,35 @@ def process(rankings: Rankings, candidates: Mapping[UUID, Candidate], *,
 
 def _decayed(fused: Mapping[UUID, float], candidates: Mapping[UUID, Candidate], anchor: datetime,
              current_project: str | None, tuning: Tuning, trace: dict[UUID, dict[str, Any]],
-             ) -> dict[UUID, float]:
-    """Decay (DESIGN rule 5) and scope boost of each fused score."""
+             spoken: Mapping[UUID, tuple[float, float]]) -> dict[UUID, float]:
+    """Decay (DESIGN rule 5) and scope boost of each fused score; the conversation turns on the
+    matter of a question about now (``spoken``: days before the latest word, factor) instead
+    by how long before the latest word they were said."""
     scores: dict[UUID, float] = {}
     for card_id, score in fused.items():
         card = candidates[card_id]
-        days = age_days(card, anchor)
-        factor = tuning.decay.factor(card, days)
+        days, factor = spoken.get(card_id) or _aged(card, anchor, tuning.decay)
         boost = tuning.boosts.factor(card, current_project)
         scores[card_id] = score * factor * boost
         if trace:
             trace[card_id]["decay"] = {
-                "lambda": tuning.decay.rate(card), "days": round(days, 2), "factor": round(factor, 6),
-                "score": round(score * factor, 6),
-                **({"exempt": "the slot's valid value"} if tuning.decay.exempt(card) else {})}
+                "lambda": tuning.conversation.rate if card_id in spoken else tuning.decay.rate(card),
+                "days": round(days, 2), "factor": round(factor, 6), "score": round(score * factor, 6),
+                **_why(card_id in spoken, days, tuning.decay.exempt(card))}
             trace[card_id]["scope_boost"] = {"factor": boost, "score": round(scores[card_id], 6)}
     return scores
+
+
+def _aged(card: Candidate, anchor: datetime, policy: DecayPolicy) -> tuple[float, float]:
+    days = age_days(card, anchor)
+    return days, policy.factor(card, days)
+
+
+def _why(spoken: bool, days: float, exempt: bool) -> dict[str, str]:
+    if spoken:
+        return {"conversation": "the latest turn on the matter" if days == 0 else
+                "days before the latest turn on the matter"}
+    return {"exempt": "the slot's valid value"} if exempt else {}
 
 
 def _lead_then_best(kept: Mapping[UUID, float], cards: Mapping[UUID, Candidate],

@@ -30,6 +30,7 @@ from services.retrieval.candidates import alert_partners, load_arbitrations, loa
 from services.retrieval.fuzzy import FuzzyRoute
 from services.retrieval.graph import GraphRoute
 from services.retrieval.postprocess import Outcome, PendingWrite, Tuning, process, slot_key
+from services.retrieval.present import ConversationPrior, asks_about_now
 from services.retrieval.query import GENERIC_PLANS, Hits, RetrievalQuery, Route, RouteContext
 from services.retrieval.results import (
     Alerts,
@@ -62,7 +63,10 @@ def tuning(settings: RetrievalSettings) -> Tuning:
                           settings.boost_group, settings.boost_global),
         rrf_k=settings.rrf_k, top_n=settings.top_n, aging_days=settings.aging_days,
         knowledge_stale_days=settings.knowledge_stale_days, weights=weights(settings),
-        slot_items=settings.slot_items)
+        slot_items=settings.slot_items,
+        conversation=ConversationPrior(settings.decay_conversation, settings.decay_conversation_floor,
+                                       settings.conversation_matter_share,
+                                       enabled=settings.conversation_recency))
 
 
 def weights(settings: RetrievalSettings) -> dict[str, float]:
@@ -135,12 +139,13 @@ class Retriever:
             unprojected = [w for w in pending if projected is None or w.position > projected]
             if not query.as_of:
                 fused |= fresh_scores(unprojected, query, leads, fused)
+            present = asks_about_now(query)
 
             def rank(candidates: dict[UUID, Candidate]) -> Outcome:
                 return process(rankings, candidates, now=query.reference_time, as_of=query.as_of,
                                current_project=query.project_id, tuning=self.tuning,
                                pending=unprojected, top=query.top_n, decay_at=decay_at(query),
-                               explain=query.explain, fused=fused, leads=leads)
+                               explain=query.explain, fused=fused, leads=leads, present=present)
 
             first = list(named.ids) if named is not None and leads else []
             outcome, records = self._load_and_rank(conn, query, fused, rank, first)

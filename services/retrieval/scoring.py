@@ -18,7 +18,8 @@ SCOPES = frozenset({"personal", "project", "group", "global"})
 
 @dataclass(frozen=True)
 class Candidate:
-    """One card as a route returns it; ``group_id`` keeps two groups' slots apart."""
+    """One card as a route returns it; ``group_id`` keeps two groups' slots apart;
+    ``conversation``: a turn of a conversation (an event tagged ``conversation``)."""
 
     card_id: UUID
     kind: str
@@ -37,6 +38,7 @@ class Candidate:
     edges: tuple[tuple[str, UUID], ...] = ()
     group_id: str | None = None
     memory_type: str | None = None
+    conversation: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
