@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve demo test test-containers bench bench-api bench-commands bench-ingest bench-retrieval bench-aging bench-faults bench-contention soak typecheck clean
+.PHONY: serve demo test test-containers bench bench-api bench-commands bench-ingest bench-ingest-quality bench-retrieval bench-latest-first bench-aging bench-faults bench-contention soak typecheck clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -42,8 +42,15 @@ bench-commands: $(STAMP)
 bench-ingest: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_ingest
 
+# The scripted model on the dev split; a real one: ARGS="--model http://127.0.0.1:8767/v1 --llm-model qwen15"
+bench-ingest-quality: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.ingest_quality $(ARGS)
+
 bench-retrieval: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_retrieval
+
+bench-latest-first: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_latest_first
 
 bench-aging: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.aging

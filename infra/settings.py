@@ -74,6 +74,18 @@ class RetrievalSettings(BaseModel):
     decay_multi_value: float = 0.005
     decay_event: float = 0.01
     decay_knowledge: float = 0.003
+    #: A question about now (not asked as of a moment, naming no earlier time) over raw
+    #: conversation turns: the latest turn on the question's matter is not decayed, and each
+    #: earlier one keeps ``decay_conversation_floor + (1 − floor)·e^(−decay_conversation·Δt_days)``
+    #: of its relevance, Δt counted to when the latest was said (``services.retrieval.present``).
+    #: A turn is on the matter when a route matching the question's words or meaning found it at
+    #: least ``conversation_matter_share`` as strongly as the strongest turn it found.
+    #: ``conversation_recency=False``: turns decay as any event (``decay_event``). The numbers
+    #: were chosen on the dev set of ``make bench-latest-first`` (docs/benchmarks.md).
+    conversation_recency: bool = True
+    decay_conversation: float = Field(default=0.1, ge=0.0)
+    decay_conversation_floor: float = Field(default=0.25, ge=0.0, le=1.0)
+    conversation_matter_share: float = Field(default=0.4, ge=0.0, le=1.0)
     #: A label named by its embedding alone: at this similarity to the question the slot leads,
     #: at ``slot_weak_similarity`` it only weighs in (``weight_slots``).
     slot_similarity: float = 0.5
@@ -161,11 +173,12 @@ class Settings(BaseSettings):
     #: What a turn's extraction is shown besides the turn (DESIGN rule 12): the session's last
     #: ``ingest_context_turns`` turns, and at most ``ingest_catalogue_slots`` slots (label,
     #: cardinality, current values) of the people the turn is about. Before reading them the
-    #: worker waits up to ``ingest_catalogue_wait_seconds`` for the read models to hold what it
-    #: wrote for the tenant.
+    #: worker waits up to ``ingest_catalogue_wait_seconds`` for the read models to hold the slots
+    #: it last wrote for the tenant (a projector that is down slows extraction by this much a
+    #: turn, never stops it).
     ingest_context_turns: int = Field(default=4, ge=0, le=50)
     ingest_catalogue_slots: int = Field(default=40, ge=0, le=500)
-    ingest_catalogue_wait_seconds: float = Field(default=5.0, ge=0.0)
+    ingest_catalogue_wait_seconds: float = Field(default=2.0, ge=0.0)
     #: Slot resolution: a candidate that sits at least ``ingest_label_reuse`` close to one of its
     #: subject's slots of no other concept (the mean of the labels' embedding similarity and that
     #: of "label: value" against the slot's current value) reuses that slot; at least

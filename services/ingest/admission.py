@@ -24,7 +24,14 @@ from services.consolidation import Propose
 from services.ingest.candidates import Candidate
 from services.ingest.catalogue import Similarity
 from services.ingest.grounding import support
-from services.ingest.resolution import Decision, KnownSlot, Thresholds, resolve, resolve_subject
+from services.ingest.resolution import (
+    Decision,
+    KnownSlot,
+    Thresholds,
+    concept_cardinality,
+    resolve,
+    resolve_subject,
+)
 
 
 @dataclass
@@ -77,8 +84,12 @@ class Admission:
                              candidate.existing_label, known, closeness, self.thresholds)
         recorded = {**resolution.stored(), "grounding": grounding,
                     "proposed": {"subject": candidate.subject, "label": candidate.label}}
+        cardinality = candidate.cardinality
+        if cardinality is None and resolution.decision is not Decision.REUSED:
+            cardinality = concept_cardinality(resolution.label)  # the new slot's, by its concept
+            recorded["cardinality"] = cardinality and f"{cardinality}, as the labels of its concept"
         return replace(candidate, subject=resolution.subject, label=resolution.label,
-                       resolution=recorded)
+                       cardinality=cardinality, resolution=recorded)
 
 
 def near_twin(candidate: dict[str, Any]) -> dict[str, Any] | None:

@@ -213,7 +213,7 @@ class Shown:
     slots: int = 40
     value_chars: int = 80
     turn_chars: int = 400
-    wait_seconds: float = 5.0
+    wait_seconds: float = 2.0
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Shown:

@@ -31,7 +31,7 @@ from enum import StrEnum
 
 from domain.rules.cardinality import MULTI_VALUE_LABELS, SINGLE_VALUE_LABELS, normalise_label
 from domain.rules.tags import to_simplified
-from services.retrieval.lexicon import concept_strengths, concepts_of_label
+from services.retrieval.lexicon import CONCEPTS, concept_strengths, concepts_of_label
 from services.retrieval.naming import label_words
 
 #: The subject a first-person candidate is about: the person speaking to the assistant.
@@ -146,6 +146,18 @@ def label_concepts(label: str) -> frozenset[str]:
     none that way, those it asks about as a question would (住在哪, "where she works")."""
     named = concepts_of_label(to_simplified(label.casefold()), label_words(label))
     return named or frozenset(concept_strengths(_words(label)))
+
+
+def concept_cardinality(label: str) -> str | None:
+    """The cardinality the table gives a concept's labels, for a label that is one of them in
+    another language or script (興趣 is ``interests``: multi-value; 居住地 is ``address``:
+    single-value); None otherwise. A label that only shares a concept's words gets none: a
+    slot nobody declared stays single-value (``domain.rules.cardinality``)."""
+    key = _label_key(label)
+    found = {"single_value" if name in SINGLE_VALUE_LABELS else "multi_value"
+             for concept in CONCEPTS if key in {_label_key(own) for own in concept.labels}
+             for name in map(normalise_label, concept.labels) if name in _TABLE}
+    return found.pop() if len(found) == 1 else None
 
 
 def resolve_label(label: str, value: str, chosen: str | None, slots: Sequence[KnownSlot],

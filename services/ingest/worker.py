@@ -72,8 +72,8 @@ class IngestWorker:
         self.catalogue = catalogue or NoCatalogue()
         self.admission = admission or Admission(None, Thresholds(reuse=1.0, near=1.0), 1.0)
         self.shown = shown or Shown()
-        #: Per tenant, the last position this worker wrote: the read models are waited for up to
-        #: it before a turn's catalogue is read.
+        #: Per tenant, the position of the last turn this worker wrote slots for: the read models
+        #: are waited for up to it before a turn's catalogue is read.
         self._written: dict[str, int] = {}
         self._written_lock = threading.Lock()
         self.concurrency = max(1, concurrency)
@@ -160,7 +160,9 @@ class IngestWorker:
             ingestion = self.app.load(tenant_id, ingestion_id, Ingestion, "ingested turn")
         if ingestion.status == "extracted":
             card_ids = self.apply(tenant_id, ingestion)
-            self._wrote(tenant_id, self.app.record_applied(tenant_id, ingestion_id, card_ids))
+            applied = self.app.record_applied(tenant_id, ingestion_id, card_ids)
+            if any(candidate.get("kind") == "state" for candidate in ingestion.candidates):
+                self._wrote(tenant_id, applied)  # the next turn's catalogue must show its slots
             self.applied += 1
             return "applied"
         return str(ingestion.status)

@@ -96,15 +96,16 @@ class Server:
     lines: list[str] = field(default_factory=list)
 
 
-def start_server(folder: Path, log: Path, extra: dict[str, str] | None = None) -> Server:
-    """``palimpsest serve`` in ``folder`` (``extra``: more environment); returns once it printed
-    its banner."""
+def start_server(folder: Path, log: Path, extra: dict[str, str] | None = None,
+                 cwd: Path | None = None) -> Server:
+    """``palimpsest serve`` in ``folder`` (``extra``: more environment; ``cwd``: where it runs,
+    ``folder`` by default); returns once it printed its banner."""
     env = {**os.environ, "PALIMPSEST_DATA_DIR": str(folder / "data"),
            "PALIMPSEST_API_PORT": str(free_port()), **LIFTED, **(extra or {})}
     env.pop("PALIMPSEST_DATABASE_URL", None)
     env.pop("PALIMPSEST_KAFKA_BOOTSTRAP", None)
     process = subprocess.Popen([sys.executable, "-m", "services.entrypoints.cli", "serve"], env=env,
-                               cwd=folder, stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
+                               cwd=cwd or folder, stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
     assert process.stdout is not None
     lines: queue.Queue[str] = queue.Queue()
 
@@ -115,18 +116,22 @@ def start_server(folder: Path, log: Path, extra: dict[str, str] | None = None) -
     threading.Thread(target=drain, daemon=True).start()
     seen: list[str] = []
     deadline = time.monotonic() + 180
-    while not any(line.startswith("Ctrl-C") for line in seen):
-        if process.poll() is not None or time.monotonic() > deadline:
-            raise SystemExit(f"serve did not start:\n{''.join(seen)}\n{log.read_text()[-3000:]}")
-        try:
-            seen.append(lines.get(timeout=0.5))
-        except queue.Empty:
-            continue
-    text = "".join(seen)
-    found = {name: re.search(pattern, text) for name, pattern in
-             (("url", r"REST\s+(\S+)/v1"), ("mcp", r"MCP\s+(\S+)"), ("key", r"key\s+(pk_\S+)"))}
-    if not all(found.values()):
-        raise SystemExit(f"could not read the banner:\n{text}")
+    try:
+        while not any(line.startswith("Ctrl-C") for line in seen):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"serve did not start:\n{''.join(seen)}\n{log.read_text()[-3000:]}")
+            try:
+                seen.append(lines.get(timeout=0.5))
+            except queue.Empty:
+                continue
+        text = "".join(seen)
+        found = {name: re.search(pattern, text) for name, pattern in
+                 (("url", r"REST\s+(\S+)/v1"), ("mcp", r"MCP\s+(\S+)"), ("key", r"key\s+(pk_\S+)"))}
+        if not all(found.values()):
+            raise SystemExit(f"could not read the banner:\n{text}")
+    except BaseException:  # not started, or interrupted while starting: leave nothing running
+        stop_server(Server(process, "", "", "", seen))
+        raise
     return Server(process, found["url"][1], found["key"][1], found["mcp"][1], seen)  # type: ignore[index]
 
 

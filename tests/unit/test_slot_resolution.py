@@ -196,3 +196,13 @@ def test_a_near_twin_is_recorded_for_a_proposal() -> None:
     twin = near_twin(kept.stored())
     assert twin is not None and (twin["twin"], twin["score"]) == ("gym_plan", 0.6)
     assert kept.label == "training"
+
+
+@pytest.mark.parametrize(("label", "cardinality"), [
+    ("hobbies", "multi_value"), ("興趣", "multi_value"), ("寵物", "multi_value"),
+    ("居住地", "single_value"), ("shoe_size", None), ("笔记软件", None)])
+def test_a_new_slot_without_a_declared_cardinality_takes_its_concepts(label: str,
+                                                                      cardinality: str | None) -> None:
+    (placed,) = Admission(None, THRESHOLDS, 0.45).admit(
+        [candidate("x", label=label)], ["x"], []).candidates
+    assert placed.cardinality == cardinality

@@ -224,6 +224,25 @@ def bench_aging(ctx: typer.Context) -> None:
     raise SystemExit(run_aging(list(ctx.args)))
 
 
+@bench.command("ingest-quality", add_help_option=False,
+               context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def bench_ingest_quality(ctx: typer.Context) -> None:
+    """How well turns become slots through ingest, any OpenAI-compatible model (--help: the options)."""
+    import sys
+    from pathlib import Path
+
+    checkout = Path(__file__).resolve().parents[3]  # tests/ is not installed: it lives beside services/
+    if (checkout / "tests" / "benchmarks").is_dir() and str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    try:
+        from tests.benchmarks.ingest_quality.run import main as run_ingest_quality
+    except ImportError as error:
+        typer.echo("palimpsest bench ingest-quality runs from a Palimpsest checkout with the dev extra "
+                   f"(pip install -e '.[dev]'): {error}", err=True)
+        raise SystemExit(2) from None
+    raise SystemExit(run_ingest_quality(list(ctx.args)))
+
+
 def main() -> None:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     # The embedded server's lock folder falls back to /tmp where XDG_RUNTIME_DIR is unset: harmless.
