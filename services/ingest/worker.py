@@ -151,9 +151,9 @@ class IngestWorker:
                             ingestion.session_id, ingestion.turn_id, failed.attempts, failed)
                 return "dead_letter"
             admitted = self.admission.admit(extraction.candidates, context.texts(turn), slots)
-            for rejected in admitted.rejected:
-                log.info("ingest: turn %s/%s: %r not written: %s", turn.session_id, turn.turn_id,
-                         rejected["value"][:80], rejected["rejected"])
+            if admitted.rejected:  # the values stay out of the log: it is not erasable text
+                log.info("ingest: turn %s/%s: %d candidate(s) not grounded in the text shown, "
+                         "not written", turn.session_id, turn.turn_id, len(admitted.rejected))
             self.app.record_extraction(
                 tenant_id, ingestion_id, [c.stored() for c in admitted.candidates],
                 extraction.model, extraction.attempts, admitted.rejected)
