@@ -177,6 +177,10 @@ class Settings(BaseSettings):
     #: it last wrote for the tenant (a projector that is down slows extraction by this much a
     #: turn, never stops it).
     ingest_context_turns: int = Field(default=4, ge=0, le=50)
+    #: The roles whose turns are extracted; the others (an assistant's reply, a tool's output)
+    #: are stored, searchable and shown as context to the next turn, but no card is made of them:
+    #: what an assistant suggests is not what the user said.
+    ingest_extract_roles: tuple[str, ...] = ("user",)
     ingest_catalogue_slots: int = Field(default=40, ge=0, le=500)
     ingest_catalogue_wait_seconds: float = Field(default=2.0, ge=0.0)
     #: Slot resolution: a candidate that sits at least ``ingest_label_reuse`` close to one of its

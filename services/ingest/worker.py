@@ -139,6 +139,10 @@ class IngestWorker:
     def handle(self, tenant_id: str, ingestion_id: UUID) -> str:
         """Take the turn as far as it goes; its status after."""
         ingestion = self.app.load(tenant_id, ingestion_id, Ingestion, "ingested turn")
+        if ingestion.status == "received" and ingestion.role not in self.shown.roles:
+            self.app.record_extraction(tenant_id, ingestion_id, [], f"none: {ingestion.role} turns "
+                                       "are context, not extracted", 0)
+            ingestion = self.app.load(tenant_id, ingestion_id, Ingestion, "ingested turn")
         if ingestion.status == "received":
             turn = turn_of(ingestion)
             slots, context = self.context(turn)

@@ -157,3 +157,17 @@ def test_a_backfilled_conversation_supersedes_as_it_was_said(app, worker, fake_l
                 live=False)
     assert moved.candidates[0]["label"] == "city"
     assert current(app, tenant, "city") == ["Dresden"]
+
+
+def test_an_assistants_turn_is_context_not_a_source_of_facts(app, worker, fake_llm) -> None:  # type: ignore[no-untyped-def]
+    tenant = new_tenant()
+    fake_llm.script(answer(candidate("Dresden", label="city")))
+    suggested = app.ingest_turn(tenant, IngestTurn(session_id="s1", turn_id="1", role="assistant",
+                                                   text="you could move to Munich", said_at=SAID,
+                                                   timezone="Europe/Berlin"))
+    app.test_clock.now = SAID + timedelta(minutes=1)
+    assert worker.handle(tenant, suggested.ingestion_id) == "applied"
+    assert fake_llm.chat_requests == [] and app.load(tenant, suggested.ingestion_id, Ingestion).card_ids == ()
+    said = say(app, worker, tenant, "2", "nah, Dresden it is", SAID + timedelta(minutes=2))
+    assert [c["value"] for c in said.candidates] == ["Dresden"]
+    assert "you could move to Munich" in fake_llm.chat_requests[0]["messages"][-1]["content"]
