@@ -205,42 +205,37 @@ bench = typer.Typer(no_args_is_help=True, help="Benchmarks (from a Palimpsest ch
 cli.add_typer(bench, name="bench")
 
 
-@bench.command("aging", add_help_option=False,
-               context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def _run_benchmark(name: str, module: str, args: list[str]) -> None:
+    """Run the benchmark ``tests.benchmarks.<module>.run.main`` of this checkout with ``args``."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    checkout = Path(__file__).resolve().parents[3]  # tests/ is not installed: it lives beside services/
+    if (checkout / "tests" / "benchmarks").is_dir() and str(checkout) not in sys.path:
+        sys.path.insert(0, str(checkout))
+    try:
+        main = importlib.import_module(f"tests.benchmarks.{module}.run").main
+    except ImportError as error:
+        typer.echo(f"palimpsest bench {name} runs from a Palimpsest checkout with the dev extra "
+                   f"(pip install -e '.[dev]'): {error}", err=True)
+        raise SystemExit(2) from None
+    raise SystemExit(main(args))
+
+
+_PASS_THROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+
+
+@bench.command("aging", add_help_option=False, context_settings=_PASS_THROUGH)
 def bench_aging(ctx: typer.Context) -> None:
     """Is the true value first as memories age? Palimpsest against baselines (--help: the options)."""
-    import sys
-    from pathlib import Path
-
-    checkout = Path(__file__).resolve().parents[3]  # tests/ is not installed: it lives beside services/
-    if (checkout / "tests" / "benchmarks").is_dir() and str(checkout) not in sys.path:
-        sys.path.insert(0, str(checkout))
-    try:
-        from tests.benchmarks.aging.run import main as run_aging
-    except ImportError as error:
-        typer.echo("palimpsest bench aging runs from a Palimpsest checkout with the dev extra "
-                   f"(pip install -e '.[dev]'): {error}", err=True)
-        raise SystemExit(2) from None
-    raise SystemExit(run_aging(list(ctx.args)))
+    _run_benchmark("aging", "aging", list(ctx.args))
 
 
-@bench.command("ingest-quality", add_help_option=False,
-               context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+@bench.command("ingest-quality", add_help_option=False, context_settings=_PASS_THROUGH)
 def bench_ingest_quality(ctx: typer.Context) -> None:
     """How well turns become slots through ingest, any OpenAI-compatible model (--help: the options)."""
-    import sys
-    from pathlib import Path
-
-    checkout = Path(__file__).resolve().parents[3]  # tests/ is not installed: it lives beside services/
-    if (checkout / "tests" / "benchmarks").is_dir() and str(checkout) not in sys.path:
-        sys.path.insert(0, str(checkout))
-    try:
-        from tests.benchmarks.ingest_quality.run import main as run_ingest_quality
-    except ImportError as error:
-        typer.echo("palimpsest bench ingest-quality runs from a Palimpsest checkout with the dev extra "
-                   f"(pip install -e '.[dev]'): {error}", err=True)
-        raise SystemExit(2) from None
-    raise SystemExit(run_ingest_quality(list(ctx.args)))
+    _run_benchmark("ingest-quality", "ingest_quality", list(ctx.args))
 
 
 def main() -> None:
