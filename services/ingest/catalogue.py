@@ -21,6 +21,7 @@ from psycopg import sql
 
 from projections.predicates import CURRENT
 from services.ingest.resolution import KnownSlot
+from services.retrieval.naming import label_text
 
 if TYPE_CHECKING:
     from infra.embedders import Embedder
@@ -146,7 +147,7 @@ class Similarity:
         """How close a candidate sits to each slot: the mean of the labels' similarity (read as
         words: ``job_title`` → "job title") and that of the attribute as stated ("diet:
         vegetarian"); the labels' alone for a slot with no current value."""
-        labels = self.to_each(_words(label), [_words(slot.label) for slot in slots])
+        labels = self.to_each(label_text(label), [label_text(slot.label) for slot in slots])
         stated = self.to_each(_stated(label, value), [_stated(slot.label, slot.values[0])
                                                       for slot in slots if slot.values])
         found = iter(stated)
@@ -154,9 +155,5 @@ class Similarity:
                 for slot, by_label in zip(slots, labels, strict=True)}
 
 
-def _words(label: str) -> str:
-    return label.replace("_", " ").replace("-", " ")
-
-
 def _stated(label: str, value: str) -> str:
-    return f"{_words(label)}: {' '.join(value.split())[:200]}"
+    return f"{label_text(label)}: {' '.join(value.split())[:200]}"

@@ -32,7 +32,7 @@ from enum import StrEnum
 from domain.rules.cardinality import MULTI_VALUE_LABELS, SINGLE_VALUE_LABELS, normalise_label
 from domain.rules.tags import to_simplified
 from services.retrieval.lexicon import CONCEPTS, concept_strengths, concepts_of_label
-from services.retrieval.naming import label_words
+from services.retrieval.naming import label_text, label_words
 
 #: The subject a first-person candidate is about: the person speaking to the assistant.
 USER = "user"
@@ -137,15 +137,11 @@ def _label_key(label: str) -> str:
     return single if single and {key, single} & _TABLE else key
 
 
-def _words(label: str) -> str:
-    return label.replace("_", " ").replace("-", " ")
-
-
 def label_concepts(label: str) -> frozenset[str]:
     """The lexicon's concepts a label stands for (``concepts_of_label``); for a label that names
     none that way, those it asks about as a question would (住在哪, "where she works")."""
     named = concepts_of_label(to_simplified(label.casefold()), label_words(label))
-    return named or frozenset(concept_strengths(_words(label)))
+    return named or frozenset(concept_strengths(label_text(label)))
 
 
 def concept_cardinality(label: str) -> str | None:
