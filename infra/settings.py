@@ -223,6 +223,10 @@ class Settings(BaseSettings):
     llm_model: str = "gpt-4o-mini"
     #: Longest one completion request may take.
     llm_timeout_seconds: float = Field(default=30.0, gt=0.0)
+    #: Most tokens one answer may hold: a model that loops is cut off there (its answer then
+    #: fails to parse and is retried, then dead-lettered) instead of generating until its
+    #: context is full. An extraction answer takes a few hundred.
+    llm_max_tokens: int = Field(default=1_024, ge=16)
     #: Attempts after the first when the model fails or answers garbage; then the turn is
     #: dead-lettered. The first pause is ``llm_backoff_seconds``, doubling each time (with
     #: jitter), never longer than ``llm_backoff_max_seconds``. A turn's ``occurred_at_hint`` may
@@ -246,6 +250,19 @@ class Settings(BaseSettings):
     api_max_wait_seconds: float = Field(default=5.0, ge=0.0)
     #: A secret mixed into every stored API key hash (HMAC-SHA-256); unset = plain SHA-256.
     key_pepper: SecretStr | None = None
+    #: The master key that wraps the erasure keys (crypto-shredding, ``infra.keyring``): base64 of
+    #: 32 bytes, or 64 hex digits. Unset = ``<data_dir>/master.key``, made (mode 0600) while the
+    #: store holds no sealed key. Lose it and every sealed field is lost with it.
+    master_key: SecretStr | None = None
+    #: Seal the personal fields of every event under their erasure unit's key (``infra.sealing``).
+    #: Off only to measure what sealing costs: a store written either way must be read the same
+    #: way, and nothing written with it off can be erased.
+    seal_events: bool = True
+    #: How often ``serve`` applies the tenants' retention policies for raw conversation turns
+    #: (``services.retention``; a tenant without one keeps every turn), and how many turns a
+    #: tenant it erases at most a run (the rest the next run).
+    retention_interval_seconds: float = Field(default=3_600.0, gt=0.0)
+    retention_batch: int = Field(default=500, ge=1, le=100_000)
 
     #: Consolidation (DESIGN rule 10): the worker ``serve`` runs proposes duplicates and
     #: contradictions; nothing is applied until a reviewer accepts. Cosine similarity at which two

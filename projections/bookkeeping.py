@@ -17,12 +17,15 @@ from projections.parking import COLUMNS, Failure
 @dataclass
 class Batch:
     """What one transaction knows: tenant → aggregate → tracked version; each parked aggregate's
-    first parked event and the tenants its rows are under; the failures it recorded."""
+    first parked event and the tenants its rows are under; the failures it recorded; the
+    erasures it applied."""
 
     versions: dict[str, dict[UUID, int]] = field(default_factory=dict)
     parked: dict[UUID, Failure] = field(default_factory=dict)
     parked_under: dict[UUID, set[str]] = field(default_factory=dict)
     recorded: list[Failure] = field(default_factory=list)
+    #: The erasures (``Erasure.Erased`` events) it applied.
+    erased: list[Any] = field(default_factory=list)
 
 
 class Bookkeeping:

@@ -1,5 +1,6 @@
 """Rows folded in memory, copied in bulk into a fresh schema: by the calling process, or by
-``rebuild_workers`` forked processes, each folding and copying its share of the aggregates.
+``rebuild_workers`` forked processes, each folding and copying its share of the aggregates (and
+what every erasure forgets in it).
 
 Every row the projection writes belongs to the aggregate whose events made it, except edges and
 arbitration cases (they name other aggregates' nodes): each process copies its own rows, and the
@@ -16,15 +17,14 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, cast
-from uuid import UUID
+from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from infra.postgres import Database
 from projections.decisions import Skips
-from projections.eventlog import Palimpsest, decoded, events_table, read_pages
+from projections.eventlog import ERASED_TOPIC, Palimpsest, decoded, events_table, read_pages
 from projections.fold import (
     Folded,
     Progress,
@@ -104,12 +104,6 @@ def write_rows(admin: Database, schema: str, folded: Folded, head: int) -> dict[
 SHARED = ("card_relations", "arbitration_queue")
 
 
-def share_of(aggregate_id: Any, shares: int) -> int:
-    """Which of ``shares`` rebuild processes folds an aggregate: its id's last byte modulo
-    ``shares`` (:func:`projections.schema.in_share` says the same in SQL)."""
-    return (cast(UUID, aggregate_id).int & 0xFF) % shares
-
-
 @dataclass
 class _Child:
     process: Any
@@ -130,8 +124,8 @@ def _fold_share(admin: Database, events: sql.Composable, schema: str, head: int,
         def progress(done: int, total: int) -> None:
             reached.value = done
 
-        folded = fold(decoded(mapper, read_pages(admin.connect, events, 1, head, share)), head,
-                      known_at, progress, skipped)
+        pages = read_pages(admin.connect, events, 1, head, share, topics=(ERASED_TOPIC,))
+        folded = fold(decoded(mapper, pages), head, known_at, progress, skipped, share)
         tables = folded.sink.rows()
         for table in SHARED:
             del tables[table]

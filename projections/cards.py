@@ -4,6 +4,13 @@ A pure function of the event (no clock, no database): the same event always give
 operations, whether it arrives through Kafka or a replay of the log. Events it has nothing to say
 about (receipts, a slot's Contested / ProposalAdded / Settled bookkeeping) give no operations and
 still advance tracking.
+
+Erasure (DESIGN §7, decision 0012). A text whose key was destroyed decodes as
+:data:`domain.erased.ERASED` (tags as ``()``): it is written as NULL (empty for what is made from
+it), and a card or slot that holds such a text is marked ``erased_at`` the event's time. An
+``Erasure.Erased`` event gives :class:`~projections.ops.Forget`, which tombstones what it names —
+rows and versions, setting ``erased_at`` to the erasure's time — so a read model projected before
+the erasure and one rebuilt after it end equal.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from typing import Any
 from domain.arbitration import ArbitrationCase
 from domain.cards import StateCard
 from domain.commitment import Blocker, Commitment
+from domain.erased import is_erased
+from domain.erasure import Erasure, ErasureUnit
 from domain.event_card import EventCard
 from domain.knowledge import KnowledgeCard
 from domain.slot import Slot
@@ -24,21 +33,37 @@ from projections.ops import (
     AddProposal,
     ChangeCard,
     DecideCase,
+    Forget,
     Op,
     PutCard,
     PutCase,
     PutEdge,
+    PutErasure,
     PutNode,
     PutSlot,
 )
 from projections.text import cjk_bigrams, fold, slot_words, tag_terms, terms
 
 NAME = "cards"
+#: An erasure's event (made by eventsourcing's ``@event``, so unknown to the type checker).
+ERASED: Any = Erasure.Erased  # type: ignore[attr-defined]
 
 
-def _text_columns(content: str, *extra: str | None, tags: tuple[str, ...] = ()) -> dict[str, Any]:
-    """What the tags and fuzzy routes match: terms (jieba / words + tags), CJK bigrams, folded text."""
-    text = " ".join(part for part in (*extra, content) if part)
+def plain(text: Any) -> Any:
+    """A personal text as the read models store it: an erased one as NULL."""
+    return None if is_erased(text) else text
+
+
+def erased_at(event: Any, *texts: Any) -> dict[str, Any]:
+    """``erased_at`` the event's time when one of its texts reads as erased; nothing otherwise."""
+    return {"erased_at": event.timestamp} if any(map(is_erased, texts)) else {}
+
+
+def _text_columns(content: str | None, *extra: str | None, tags: tuple[str, ...] = ()
+                  ) -> dict[str, Any]:
+    """What the tags and fuzzy routes match: terms (jieba / words + tags), CJK bigrams, folded text;
+    nothing of an erased text."""
+    text = " ".join(part for part in (*extra, content) if part and not is_erased(part))
     return {
         "tags": list(tags),
         "terms": list(dict.fromkeys((*tag_terms(tags), *terms(text)))),
@@ -61,15 +86,17 @@ def _scope(scope: Scope) -> dict[str, Any]:
     return {"scope": scope.kind.value, "project_id": scope.project_id, "group_id": scope.group_id}
 
 
-def _state_card(tenant_id: str, slot_id: Any, card: StateCard) -> list[Op]:
+def _state_card(event: Any, card: StateCard) -> list[Op]:
+    tenant_id, slot_id = event.tenant_id, event.originator_id
     row = {
         "tenant_id": tenant_id, "card_id": card.card_id, "aggregate_id": slot_id,
         "kind": CardKind.STATE.value, "memory_type": card.memory_type,
-        "perspective": card.perspective, "item_key": card.item_key, "content": card.value,
-        "valid_from": card.valid_from, "valid_to": card.valid_to,
+        "perspective": plain(card.perspective), "item_key": plain(card.item_key),
+        "content": plain(card.value), "valid_from": card.valid_from, "valid_to": card.valid_to,
         "recorded_at": card.recorded_at, "updated_at": card.recorded_at,
         "retracted_at": card.retracted_at, "verified_at": card.verified_at,
         **_provenance(card.provenance), **_text_columns(card.value),
+        **erased_at(event, card.value),
     }
     ops: list[Op] = [PutNode(tenant_id, card.card_id, "card"), PutCard(row, slot_id=slot_id)]
     if card.edge and card.edge_target:
@@ -88,15 +115,17 @@ def _(event: Any) -> list[Op]:
         PutNode(event.tenant_id, event.originator_id, "slot"),
         PutSlot({
             "tenant_id": event.tenant_id, "slot_id": event.originator_id, **_scope(event.scope),
-            "subject": event.subject, "label": event.label, "cardinality": event.cardinality,
-            "slot_words": list(slot_words(event.subject, event.label)),
+            "subject": plain(event.subject), "label": plain(event.label),
+            "cardinality": event.cardinality,
+            "slot_words": list(slot_words(plain(event.subject), plain(event.label))),
+            **erased_at(event, event.subject, event.label),
         }),
     ]
 
 
 @project.register(Slot.Remembered)  # type: ignore[attr-defined]
 def _(event: Any) -> list[Op]:
-    return _state_card(event.tenant_id, event.originator_id, event.card)
+    return _state_card(event, event.card)
 
 
 def _fork(event: Any) -> list[Op]:
@@ -107,7 +136,7 @@ def _fork(event: Any) -> list[Op]:
     for card_id in event.retracted:
         ops.append(ChangeCard(tenant, card_id, at, {"retracted_at": at}))
     for card in (event.card, *event.continued):
-        ops.extend(_state_card(tenant, event.originator_id, card))
+        ops.extend(_state_card(event, card))
     return ops
 
 
@@ -115,14 +144,15 @@ project.register(Slot.Superseded, _fork)  # type: ignore[attr-defined]
 project.register(Slot.Overwritten, _fork)  # type: ignore[attr-defined]
 
 
-def _new_content(text: str, tags: tuple[str, ...] = ()) -> dict[str, Any]:
+def _new_content(event: Any, text: str, tags: tuple[str, ...] = ()) -> dict[str, Any]:
     """A card's content changed: the content and what is matched on it."""
-    return {"content": text, **_text_columns(text, tags=tags)}
+    return {"content": plain(text), **_text_columns(text, tags=tags), **erased_at(event, text)}
 
 
 @project.register(Slot.ItemRevised)  # type: ignore[attr-defined]
 def _(event: Any) -> list[Op]:
-    return [ChangeCard(event.tenant_id, event.card_id, event.timestamp, _new_content(event.value))]
+    return [ChangeCard(event.tenant_id, event.card_id, event.timestamp,
+                       _new_content(event, event.value))]
 
 
 @project.register(Slot.Verified)  # type: ignore[attr-defined]
@@ -136,9 +166,10 @@ def _(event: Any) -> list[Op]:
     proposal: StateCard = event.proposal
     return [PutCase({
         "tenant_id": event.tenant_id, "case_id": event.originator_id, "slot_id": event.slot_id,
-        "subject": event.subject, "label": event.label,
-        "current_values": [card.value for card in event.current],
-        "proposed_value": proposal.value, "proposed_card_id": proposal.card_id,
+        "subject": plain(event.subject), "label": plain(event.label),
+        "current_values": [plain(card.value) for card in event.current],
+        "current_card_ids": [card.card_id for card in event.current],
+        "proposed_value": plain(proposal.value), "proposed_card_id": proposal.card_id,
         "proposed_valid_from": proposal.valid_from, "reason": event.reason,
         "opened_at": event.timestamp,
     })]
@@ -148,8 +179,8 @@ def _(event: Any) -> list[Op]:
 def _(event: Any) -> list[Op]:
     """One row per case: it shows the latest proposal (the one accept_new takes by default)."""
     proposal: StateCard = event.proposal
-    return [AddProposal(event.tenant_id, event.originator_id, proposal.value, proposal.card_id,
-                        proposal.valid_from, event.reason)]
+    return [AddProposal(event.tenant_id, event.originator_id, plain(proposal.value),
+                        proposal.card_id, proposal.valid_from, event.reason)]
 
 
 @project.register(ArbitrationCase.Decided)  # type: ignore[attr-defined]
@@ -162,16 +193,16 @@ def _card_row(event: Any, kind: CardKind, memory_type: str, content: str, **extr
     return {
         "tenant_id": event.tenant_id, "card_id": event.originator_id,
         "aggregate_id": event.originator_id, "kind": kind.value, "memory_type": memory_type,
-        **_scope(event.scope), "content": content, "valid_from": event.timestamp,
+        **_scope(event.scope), "content": plain(content), "valid_from": event.timestamp,
         "recorded_at": event.timestamp, "updated_at": event.timestamp,
-        **_provenance(event.provenance), **extra,
+        **_provenance(event.provenance), **erased_at(event, content), **extra,
     }
 
 
 @project.register(EventCard.Recorded)  # type: ignore[attr-defined]
 def _(event: Any) -> list[Op]:
     row = _card_row(event, CardKind.EVENT, "event", event.description,
-                    perspective=event.perspective, occurred_at=event.occurred_at,
+                    perspective=plain(event.perspective), occurred_at=event.occurred_at,
                     valid_from=event.occurred_at,
                     **_text_columns(event.description, tags=tuple(event.tags)))
     return [PutNode(event.tenant_id, event.originator_id, "card"), PutCard(row)]
@@ -180,7 +211,7 @@ def _(event: Any) -> list[Op]:
 @project.register(EventCard.Corrected)  # type: ignore[attr-defined]
 def _(event: Any) -> list[Op]:
     return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp,
-                       _new_content(event.description, tuple(event.tags)))]
+                       _new_content(event, event.description, tuple(event.tags)))]
 
 
 def _link(event: Any) -> list[Op]:
@@ -195,7 +226,8 @@ project.register(KnowledgeCard.Linked, _link)  # type: ignore[attr-defined]
 @project.register(KnowledgeCard.Created)  # type: ignore[attr-defined]
 def _(event: Any) -> list[Op]:
     tags = tuple(event.tags)
-    row = _card_row(event, CardKind.KNOWLEDGE, event.memory_type, event.body, title=event.title,
+    row = _card_row(event, CardKind.KNOWLEDGE, event.memory_type, event.body,
+                    title=plain(event.title),
                     verified_at=event.timestamp,
                     **_text_columns(event.body, event.title, tags=tags))
     return [PutNode(event.tenant_id, event.originator_id, "card"), PutCard(row)]
@@ -205,7 +237,7 @@ def _(event: Any) -> list[Op]:
 def _(event: Any) -> list[Op]:
     text = _text_columns(event.body, event.title, tags=tuple(event.tags))
     return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp,
-                       {"title": event.title, **text})]
+                       {"title": plain(event.title), **text, **erased_at(event, event.title)})]
 
 
 @project.register(KnowledgeCard.Merged)  # type: ignore[attr-defined]
@@ -220,8 +252,8 @@ def _(event: Any) -> list[Op]:
 
 @project.register(KnowledgeCard.Absorbed)  # type: ignore[attr-defined]
 def _(event: Any) -> list[Op]:
-    if not event.tags:
-        return []
+    """A new version even when no tag is new: erased tags read as none, and a replay after an
+    erasure must make the versions the projection made before it."""
     return [ChangeCard(event.tenant_id, event.originator_id, event.timestamp,
                        {"added_tags": list(event.tags), "added_terms": list(tag_terms(event.tags))})]
 
@@ -235,7 +267,7 @@ def _(event: Any) -> list[Op]:
 @project.register(Commitment.Opened)  # type: ignore[attr-defined]
 def _(event: Any) -> list[Op]:
     row = _card_row(event, CardKind.STATE, "commitment", event.description, status="open",
-                    owner=event.owner, due_at=event.due_at,
+                    owner=plain(event.owner), due_at=event.due_at,
                     **_text_columns(event.description))
     return [PutNode(event.tenant_id, event.originator_id, "card"), PutCard(row)]
 
@@ -258,6 +290,23 @@ project.register(Commitment.Waiting, _status("waiting"))  # type: ignore[attr-de
 project.register(Commitment.Resolved, _status("resolved"))  # type: ignore[attr-defined]
 project.register(Commitment.Expired, _status("expired"))  # type: ignore[attr-defined]
 project.register(Blocker.Archived, _status("archived"))  # type: ignore[attr-defined]
+
+
+@project.register(ERASED)
+def _(event: Any) -> list[Op]:
+    return [PutErasure({
+        "tenant_id": event.tenant_id, "erasure_id": event.originator_id, "unit": event.unit,
+        "target": event.target, "basis": event.basis, "requested_by": event.requested_by,
+        "erased_at": event.timestamp, "keys_destroyed": len(event.key_ids),
+        "cards": len(event.card_ids),
+    }), forget(event)]
+
+
+def forget(event: Any) -> Forget:
+    """What an erasure forgets in the read models (also applied on its own: a rebuild as known
+    before the erasure still shows its tombstones, :mod:`projections.fold`)."""
+    return Forget(event.tenant_id, event.timestamp, tuple(event.card_ids), tuple(event.slot_ids),
+                  tuple(event.aggregate_ids), whole_tenant=event.unit == ErasureUnit.TENANT.value)
 
 
 # ---- text PostgreSQL can store ---------------------------------------------------------------

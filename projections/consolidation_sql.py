@@ -3,7 +3,8 @@ role, and the tenants a scan visits, read as the projector role (it reads every 
 
 A scan compares only what may be consolidated: current knowledge cards and the current values of
 slots — never an event card (episodic records are never merged or auto-linked), a commitment or a
-blocker. It reads, in one transaction:
+blocker, and never a tombstone (an erased card has no text to compare). It reads, in one
+transaction:
 
 - ``vectors``: those cards with their embeddings, the tenant's ``%(max_cards)s`` newest (the
   scan compares them pairwise in memory: one matrix product, not a distance per pair);
@@ -24,30 +25,32 @@ from psycopg import sql
 
 from infra.postgres import Database
 from projections.cards import NAME
-from projections.predicates import CURRENT
+from projections.predicates import CURRENT, NOT_ERASED
 
 CARD_COLUMNS = """c.card_id, c.aggregate_id, c.kind, c.memory_type, c.scope, c.project_id,
     c.group_id, c.perspective, c.subject, c.label, c.cardinality, c.content, c.title, c.valid_from,
     c.valid_to, c.recorded_at"""
 
-#: What consolidation compares: knowledge cards and the values of slots.
-COMPARED = "(c.kind = 'knowledge' OR (c.kind = 'state' AND c.cardinality IS NOT NULL))"
+#: What consolidation compares: knowledge cards and the values of slots, not erased.
+COMPARED = ("(c.kind = 'knowledge' OR (c.kind = 'state' AND c.cardinality IS NOT NULL)) AND "
+            + NOT_ERASED)
 
 _VECTORS = "SELECT " + CARD_COLUMNS + """, e.model, e.embedding
 FROM {s}.cards c JOIN {s}.card_embeddings e ON e.tenant_id = c.tenant_id AND e.card_id = c.card_id
 WHERE """ + CURRENT + " AND " + COMPARED + """
 ORDER BY c.recorded_at DESC, c.card_id LIMIT %(max_cards)s"""
 
-_ITEMS = "SELECT " + CARD_COLUMNS + " FROM {s}.cards c WHERE " + CURRENT + """
+_ITEMS = "SELECT " + CARD_COLUMNS + " FROM {s}.cards c WHERE " + CURRENT + " AND " + NOT_ERASED + """
     AND c.kind = 'state' AND c.cardinality = 'multi_value'
     AND EXISTS (SELECT 1 FROM {s}.cards o WHERE o.tenant_id = c.tenant_id
                 AND o.aggregate_id = c.aggregate_id AND o.card_id <> c.card_id
-                AND o.retracted_at IS NULL AND o.valid_to IS NULL AND o.merged_into IS NULL)
+                AND o.retracted_at IS NULL AND o.valid_to IS NULL AND o.merged_into IS NULL
+                AND o.erased_at IS NULL)
 ORDER BY c.aggregate_id, c.recorded_at, c.card_id"""
 
 _SINGLES = "SELECT * FROM (SELECT " + CARD_COLUMNS + """, count(*) OVER (
         PARTITION BY c.subject, c.scope, c.project_id, c.group_id) AS slots
-    FROM {s}.cards c WHERE """ + CURRENT + """ AND c.kind = 'state'
+    FROM {s}.cards c WHERE """ + CURRENT + " AND " + NOT_ERASED + """ AND c.kind = 'state'
       AND c.cardinality = 'single_value') f
 WHERE f.slots > 1 ORDER BY f.subject, f.recorded_at, f.card_id"""
 
@@ -57,6 +60,7 @@ JOIN {s}.cards n ON n.tenant_id = q.tenant_id AND n.aggregate_id = q.slot_id
     AND n.card_id <> p.card_id
 WHERE q.decision = 'both_valid' AND p.cardinality = 'single_value'
   AND p.retracted_at IS NULL AND n.retracted_at IS NULL
+  AND p.erased_at IS NULL AND n.erased_at IS NULL
   AND (n.valid_to = p.valid_from OR p.valid_to = n.valid_from)
 ORDER BY q.opened_at, a_id, b_id"""
 

@@ -1,10 +1,14 @@
 """The embedding projection: a vector for every card whose content has none yet.
 
 It is derived from the ``cards`` read model, not from events, so the cards projection never waits
-on a model: new or changed content (its hash differs from the embedded one) is picked up in
-batches, embedded through the ``Embedder`` port (cached by model and content hash, so a rebuild
+on a model: a card without a vector of the model, or whose version moved on since its vector was
+made, is picked up in batches; its text's key (:class:`infra.embedders.CacheKeys`: a keyed hash
+under the tenant's key) tells whether the text changed — if not, only the version is noted —, and
+new texts are embedded through the ``Embedder`` port (cached per tenant by that key, so a rebuild
 does not pay twice) and written tenant by tenant, as float32 arrays through pgvector's binary
-adapter (:mod:`infra.vectors`).
+adapter (:mod:`infra.vectors`). ``card_embeddings.content_hash`` is that key, so an erasure finds
+the cache entries of the texts it forgets. A tombstone (``erased_at`` set) is never embedded; a
+card erased while its vector was being made gets none, and its text's entry leaves the cache.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from infra.embedders import Embedder, content_hash
+from infra.embedders import CacheKeys, Embedder
 from infra.vectors import VectorTypes
 
 log = logging.getLogger(__name__)
@@ -31,40 +35,75 @@ EMBEDDED_TEXT = ("concat_ws(E'\\n', nullif(c.title, ''), CASE WHEN c.label IS NU
 
 class EmbeddingProjection:
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], schema: str,
-                 embedder: Embedder) -> None:
+                 embedder: Embedder, keys: CacheKeys | None = None) -> None:
         self.connect = connect
         self.embedder = embedder
+        #: The embedder's own keys when it is the cache (one key for the cache and the row).
+        self.keys: CacheKeys = getattr(embedder, "keys", None) or keys or CacheKeys()
         self.vectors = VectorTypes()
         s = sql.Identifier(schema)
         self._pending = sql.SQL(
-            "SELECT c.tenant_id, c.card_id, " + EMBEDDED_TEXT + " AS text FROM {s}.cards c "
-            "LEFT JOIN {s}.card_embeddings e ON e.tenant_id = c.tenant_id AND e.card_id = c.card_id "
-            "AND e.model = %s WHERE e.card_id IS NULL OR e.content_hash <> "
-            "sha256(convert_to(" + EMBEDDED_TEXT + ", 'UTF8')) "
+            "SELECT c.tenant_id, c.card_id, c.version, " + EMBEDDED_TEXT + " AS text, "
+            "e.content_hash FROM {s}.cards c LEFT JOIN {s}.card_embeddings e "
+            "ON e.tenant_id = c.tenant_id AND e.card_id = c.card_id AND e.model = %s "
+            "WHERE c.erased_at IS NULL AND (e.card_id IS NULL OR e.version < c.version) "
             "ORDER BY c.tenant_id LIMIT %s").format(s=s)
         self._upsert = sql.SQL(
-            "INSERT INTO {}.card_embeddings (tenant_id, card_id, model, content_hash, embedding) "
-            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (tenant_id, card_id) DO UPDATE SET "
-            "model = excluded.model, content_hash = excluded.content_hash, "
-            "embedding = excluded.embedding").format(s)
+            "INSERT INTO {s}.card_embeddings (tenant_id, card_id, model, content_hash, embedding, "
+            "version) SELECT c.tenant_id, c.card_id, %s, %s, %s, %s FROM {s}.cards c "
+            "WHERE c.tenant_id = %s AND c.card_id = %s AND c.erased_at IS NULL "
+            "ON CONFLICT (tenant_id, card_id) DO UPDATE SET model = excluded.model, "
+            "content_hash = excluded.content_hash, embedding = excluded.embedding, "
+            "version = excluded.version RETURNING card_id").format(s=s)
+        self._seen = sql.SQL(
+            "UPDATE {}.card_embeddings SET version = greatest(version, %s) "
+            "WHERE tenant_id = %s AND card_id = %s AND model = %s").format(s)
 
     def embed_pending(self, limit: int = 256) -> int:
-        """Embed up to ``limit`` cards lacking a current vector; returns how many."""
+        """Embed up to ``limit`` cards lacking a current vector; returns how many were looked at."""
         with self.connect() as conn:
             rows = conn.execute(self._pending, (self.embedder.model, limit)).fetchall()
             if not rows:
                 return 0
-            texts = [text for _, _, text in rows]
-            vectors = np.asarray(self.embedder.embed(texts), dtype=np.float32)
+            digests: list[bytes] = []
+            for tenant_id, group in groupby(rows, key=lambda row: row[0]):
+                digests += self.keys.digests(tenant_id, [row[3] for row in group])
+            same = [bytes(row[4] or b"") == digest for row, digest in zip(rows, digests, strict=True)]
+            fresh = [(row[0], digest, row[3]) for row, digest, kept
+                     in zip(rows, digests, same, strict=True) if not kept]
+            vectors = iter(np.asarray(self._embed(fresh), dtype=np.float32))
             self.vectors.register(conn)
+            gone: dict[str, list[bytes]] = {}
             with conn.transaction():
-                for tenant_id, group in groupby(zip(rows, texts, vectors, strict=True),
+                for tenant_id, group in groupby(zip(rows, digests, same, strict=True),
                                                 key=lambda item: item[0][0]):
                     conn.execute("SELECT set_config('palimpsest.tenant', %s, true)", (tenant_id,))
-                    for (_, card_id, _), text, vector in group:
-                        conn.execute(self._upsert, (tenant_id, card_id, self.embedder.model,
-                                                    content_hash(text), vector))
+                    for (_, card_id, version, _, _), digest, kept in group:
+                        if kept:
+                            conn.execute(self._seen, (version, tenant_id, card_id,
+                                                      self.embedder.model))
+                        elif conn.execute(self._upsert, (
+                                self.embedder.model, digest, next(vectors), version, tenant_id,
+                                card_id)).fetchone() is None:  # erased meanwhile
+                            gone.setdefault(tenant_id, []).append(digest)
+        self._purge(gone)
         return len(rows)
+
+    def _embed(self, items: list[tuple[str, bytes, str]]) -> list[list[float]]:
+        """Vectors of ``(tenant, key, text)``: through the cache's keys when it is one."""
+        if not items:
+            return []
+        keyed = getattr(self.embedder, "embed_keyed", None)
+        if keyed is not None:
+            return keyed(items)  # type: ignore[no-any-return]
+        return self.embedder.embed([text for _, _, text in items])
+
+    def _purge(self, gone: dict[str, list[bytes]]) -> None:
+        """The cache entries of texts whose cards were erased while they were embedded."""
+        purge = getattr(self.embedder, "purge", None)
+        if purge is not None:
+            for tenant_id, digests in gone.items():
+                purge(tenant_id, digests)
 
     def embed_all(self, batch: int = 256, progress: Callable[[int], None] | None = None) -> int:
         total = 0
@@ -73,4 +112,3 @@ class EmbeddingProjection:
             if progress:
                 progress(total)
         return total
-

@@ -16,10 +16,11 @@ from uuid import UUID
 
 from eventsourcing.application import Application
 from eventsourcing.persistence import Notification
+from eventsourcing.utils import get_topic
 from psycopg import sql
 from psycopg.rows import tuple_row
 
-from projections.cards import NAME
+from projections.cards import ERASED, NAME
 from projections.decisions import ProjectionDecisions, Skips, skips
 from projections.projector import Delivered, decode
 from projections.schema import in_share
@@ -38,20 +39,25 @@ def events_table(recorder: Any) -> sql.Composable:
 
 
 _PAGE = """SELECT notification_id, originator_id, originator_version, topic, state
-FROM {events} WHERE notification_id BETWEEN %s AND %s AND {share}
+FROM {events} WHERE notification_id BETWEEN %s AND %s AND ({share} OR topic = ANY(%s))
 ORDER BY notification_id LIMIT %s"""
+
+#: The topic of an erasure: every share of a rebuild reads them all (``projections.fold``).
+ERASED_TOPIC = get_topic(ERASED)
 
 
 def read_pages(connect: Callable[[], AbstractContextManager[Any]], events: sql.Composable,
-               start: int, stop: int, share: tuple[int, int] | None = None
-               ) -> Iterator[list[Notification]]:
-    """The stored notifications in ``[start, stop]`` (of one share of the aggregates, if given),
-    page by page, in log order: read in binary, on one connection from ``connect``."""
+               start: int, stop: int, share: tuple[int, int] | None = None,
+               topics: Iterable[str] = ()) -> Iterator[list[Notification]]:
+    """The stored notifications in ``[start, stop]`` (of one share of the aggregates, if given,
+    and every one of ``topics``), page by page, in log order: read in binary, on one
+    connection from ``connect``."""
     query = sql.SQL(_PAGE).format(events=events, share=in_share("originator_id", share))
+    also = list(topics)
     with connect() as conn, conn.cursor(binary=True, row_factory=tuple_row) as cur:
         position = start
         while position <= stop:
-            rows = cur.execute(query, (position, stop, PAGE), prepare=True).fetchall()
+            rows = cur.execute(query, (position, stop, also, PAGE), prepare=True).fetchall()
             if not rows:
                 return
             yield [Notification(id=id_, originator_id=originator, originator_version=version,

@@ -5,6 +5,15 @@ The same operations as the incremental projector (:func:`projections.cards.opera
 the projector parks it (decision 0007): it and the aggregate's later events become failures, the
 aggregate's tracking stays before them, its other rows stay as they were. The operators' skip
 decisions, read from the log before the fold, skip the events they name.
+
+Erasures reach past their own aggregate: an ``Erasure.Erased`` tombstones cards, slots and
+records of other aggregates (:class:`~projections.ops.Forget`). A fold of one share of the
+aggregates (a rebuild process) is also given every other share's erasures, in log order, and
+applies only what they forget. A fold as known at a moment applies what the erasures recorded
+after it forget too, once the rest is folded: erasure is retroactive (DESIGN §7), the texts do
+not open anyway, and an as-of view of the live read models shows the same tombstones, with the
+erasure's own time as ``erased_at``. The erasure itself (its ``erasures`` row, its tracking) is
+not known then, and is left out.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from projections.cards import NAME, operations, storable
+from projections.cards import ERASED, NAME, forget, operations, storable
 from projections.decisions import Skips
 from projections.parking import (
     COLUMNS,
@@ -50,6 +59,12 @@ def collector_paused() -> Iterator[None]:
             gc.enable()
 
 
+def share_of(aggregate_id: Any, shares: int) -> int:
+    """Which of ``shares`` rebuild processes folds an aggregate: its id's last byte modulo
+    ``shares`` (:func:`projections.schema.in_share` says the same in SQL)."""
+    return (aggregate_id.int & 0xFF) % shares
+
+
 @dataclass
 class Folded:
     """The log (or one share of its aggregates) folded into rows: each aggregate's last version,
@@ -67,23 +82,34 @@ class Folded:
 
 
 def fold(deliveries: Iterable[Delivered], head: int, known_at: datetime | None,
-         progress: Progress | None = None, skips: Skips | None = None) -> Folded:
+         progress: Progress | None = None, skips: Skips | None = None,
+         share: tuple[int, int] | None = None) -> Folded:
     """Events in log order (up to notification ``head``) applied to a :class:`MemorySink`; with
-    ``known_at``, those recorded after it are read and skipped. ``progress`` is told the
-    notification reached; ``skips``: the operators' skip decisions."""
+    ``known_at``, those recorded after it are read and skipped (what their erasures forget
+    applied at the end). ``progress`` is told the notification reached; ``skips``: the
+    operators' skip decisions; ``share`` (part, of how many): the aggregates folded, the
+    erasures of the others only forgetting (see the module's notes)."""
     folded = Folded(MemorySink(), {}, {}, 0)
     tracking, positions, failures = folded.tracking, folded.positions, folded.failures
     parked: dict[UUID, Failure] = {}
     tenants: dict[str, str] = {}
     skips = skips or {}
+    late: list[Any] = []  # what the erasures recorded after ``known_at`` forget
     with collector_paused():
         for delivered in deliveries:
             event = delivered.event
+            stamp = event.timestamp
+            later = known_at is not None and stamp is not None and stamp > known_at
+            if share is not None and share_of(event.originator_id, share[1]) != share[0]:
+                if isinstance(event, ERASED):  # another share's: only what it forgets
+                    (late.append if later else folded.sink.apply)(forget(event))
+                continue
             folded.count += 1
             if progress and folded.count % PAGE == 0:
                 progress(delivered.notification_id, head)
-            stamp = event.timestamp
-            if known_at is not None and stamp is not None and stamp > known_at:
+            if later:
+                if isinstance(event, ERASED):
+                    late.append(forget(event))
                 continue
             raw = delivered.tenant_id
             tenant = tenants.get(raw) or tenants.setdefault(raw, storable(raw))
@@ -101,6 +127,8 @@ def fold(deliveries: Iterable[Delivered], head: int, known_at: datetime | None,
                 failures.append(failure)
                 continue
             tracking[(tenant, key[0])] = key[1]
+        for forgotten in late:
+            folded.sink.apply(forgotten)
     if progress:
         progress(head, head)
     return folded

@@ -5,7 +5,8 @@ incremental projector and a rebuild apply the same operations: one ``PutRecord``
 received, a ``ChangeRecord`` for each later step. ``updated_at`` is the step's event time,
 ``received_at`` the ``Received`` event's; ``candidates`` counts what the model proposed and was
 admitted, ``rejected`` what was not (its value has no support in the turn);
-``card_ids`` are the cards the candidates became.
+``card_ids`` are the cards the candidates became. An erasure of the turn nulls its ``error``,
+``candidates`` and ``rejected`` (a replay after it cannot count what the model proposed).
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from domain.ingestion import Ingestion, IngestStatus
-from projections.cards import project
+from projections.cards import plain, project
 from projections.ops import ChangeRecord, Op, PutRecord
 
 TABLE = "ingestions"
@@ -51,7 +52,7 @@ def _(event: Any) -> list[Op]:
 @project.register(Ingestion.DeadLettered)  # type: ignore[attr-defined]
 def _(event: Any) -> list[Op]:
     return _change(event, status=IngestStatus.DEAD_LETTER.value, attempts=event.attempts,
-                   error=event.error)
+                   error=plain(event.error))
 
 
 @project.register(Ingestion.RerunRequested)  # type: ignore[attr-defined]

@@ -100,8 +100,33 @@ class ChangeRecord:
     changes: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PutErasure:
+    """An erasure's row in ``erasures`` (:data:`ERASURE_COLUMNS`): who forgot which unit, when;
+    the sink adds ``position``, the notification it is applying."""
+
+    row: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Forget:
+    """What an erasure forgets in the read models (DESIGN §7): its ``card_ids`` become tombstones
+    (row and every version); its ``slot_ids`` lose subject, label and words (so do their cards'
+    copies and their arbitration cases); the texts of its ``aggregate_ids`` (proposals, ingested
+    turns) are nulled; with ``whole_tenant``, every cached embedding of the tenant goes. Every
+    column it touches is set to a constant, so the rows it leaves are the same whether they held
+    the text (projected before the erasure) or already read as erased (a replay after it)."""
+
+    tenant_id: str
+    at: datetime
+    card_ids: tuple[UUID, ...] = ()
+    slot_ids: tuple[UUID, ...] = ()
+    aggregate_ids: tuple[UUID, ...] = ()
+    whole_tenant: bool = False
+
+
 Op = (PutNode | PutSlot | PutCard | ChangeCard | PutEdge | PutCase | AddProposal | DecideCase
-      | PutRecord | ChangeRecord)
+      | PutRecord | ChangeRecord | PutErasure | Forget)
 
 #: Record tables: name → (key column after ``tenant_id``, every column a row has). One row per
 #: aggregate, written by :class:`PutRecord` and :class:`ChangeRecord`.
@@ -116,7 +141,7 @@ RECORDS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 SLOT_COLUMNS = ("tenant_id", "slot_id", "scope", "project_id", "group_id", "subject", "label",
-                "cardinality", "slot_words")
+                "cardinality", "slot_words", "erased_at")
 #: What a state card takes from its slot.
 FROM_SLOT = ("scope", "project_id", "group_id", "subject", "label", "cardinality", "slot_words")
 #: Columns of ``cards`` a PutCard row fills (the rest take their defaults).
@@ -126,13 +151,27 @@ CARD_COLUMNS = (
     "valid_from", "valid_to", "occurred_at", "recorded_at", "updated_at", "retracted_at",
     "verified_at", "status", "owner", "due_at", "merged_into", "source", "inference_confidence",
     "agent_id", "session_id", "turn_id", "tags", "terms", "bigrams", "fuzzy_text", "slot_words",
+    "erased_at",
 )
 #: Columns a ChangeCard may change.
 CHANGEABLE = frozenset({
     "content", "title", "valid_to", "retracted_at", "verified_at", "status", "merged_into",
-    "tags", "terms", "bigrams", "fuzzy_text",
+    "tags", "terms", "bigrams", "fuzzy_text", "erased_at",
 })
 CASE_COLUMNS = (
-    "tenant_id", "case_id", "slot_id", "subject", "label", "current_values", "proposed_value",
-    "proposed_card_id", "proposed_valid_from", "reason", "opened_at",
+    "tenant_id", "case_id", "slot_id", "subject", "label", "current_values", "current_card_ids",
+    "proposed_value", "proposed_card_id", "proposed_valid_from", "reason", "opened_at",
 )
+#: Columns of ``card_versions``, as a version copies them from its card's row.
+VERSION_COLUMNS = ("tenant_id", "card_id", "version", "content", "title", "status", "valid",
+                   "known", "retracted", "verified_at", "erased_at")
+#: Columns of ``erasures``: an erasure as carried out, without its (sealed) reason.
+ERASURE_COLUMNS = ("tenant_id", "erasure_id", "unit", "target", "basis", "requested_by",
+                   "erased_at", "keys_destroyed", "cards", "position")
+
+#: What a tombstone's row holds in place of its text (``Forget``): the columns of ``cards`` that
+#: carry personal text or what is made from it, and the constant each becomes.
+TOMBSTONE: dict[str, Any] = {
+    "content": None, "title": None, "tags": [], "terms": [], "bigrams": [], "fuzzy_text": "",
+    "slot_words": None, "item_key": None, "perspective": None, "owner": None,
+}

@@ -13,7 +13,10 @@ Parameters: ``%(valid_at)s``, ``%(known_at)s``; for the scope, ``%(project_id)s`
   valid at ``valid_at`` (an event: one that had happened by ``valid_at``), and not merged;
 - **superseded** (as of): the version's validity was closed (not for events), or it was merged;
 - **scope**: personal always; a project card of the current project; a group card of one of the
-  question's groups; global cards when asked for.
+  question's groups; global cards when asked for;
+- **not erased**: a tombstone (``erased_at`` set: its text was forgotten, DESIGN §7) answers no
+  question. Listings (``current``, as-of, history, slicing) still show it, marked erased; every
+  search route, the candidates loader and the briefing leave it out (:func:`visible`).
 """
 
 from __future__ import annotations
@@ -21,6 +24,9 @@ from __future__ import annotations
 from psycopg import sql
 
 CURRENT = "c.retracted_at IS NULL AND c.valid_to IS NULL AND c.merged_into IS NULL"
+
+#: The card ``c`` still holds its text: no tombstone.
+NOT_ERASED = "c.erased_at IS NULL"
 
 #: The version ``v`` of the card ``c`` that is seen as of (valid_at, known_at).
 VERSION_AS_OF = """v.tenant_id = c.tenant_id AND v.card_id = c.card_id
@@ -54,7 +60,13 @@ def as_of(schema: str) -> sql.Composed:
         sql.Identifier(schema))
 
 
+def not_erased() -> sql.SQL:
+    return sql.SQL(NOT_ERASED)
+
+
 def visible(schema: str, as_of_query: bool, scoped: bool = True) -> sql.Composable:
-    """May a question see the card ``c``: current (or seen as of the moment), in its scope."""
-    seen: sql.Composable = as_of(schema) if as_of_query else current()
+    """May a question see the card ``c``: no tombstone, current (or seen as of the moment), in
+    its scope."""
+    seen: sql.Composable = not_erased() + sql.SQL(" AND ") + (
+        as_of(schema) if as_of_query else current())
     return seen + sql.SQL(" AND ") + scope_of("c") if scoped else seen

@@ -15,7 +15,10 @@ event's identity (originator id, version), never on Kafka offsets:
   commits. Statements are pipelined, so a refused row is reported late, without its event: the
   batch is then applied again with a savepoint per event, which parks the event that made it;
 - an operator's skip (:mod:`projections.decisions`, an event in the log) skips the event it names
-  wherever it is met, and un-parks its aggregate when the decision itself arrives.
+  wherever it is met, and un-parks its aggregate when the decision itself arrives;
+- an erasure applied (``Erasure.Erased``), once its batch has committed, is handed to
+  ``on_erased`` (the key ring forgets the destroyed keys it cached, the touched tables are
+  vacuumed): best effort, after the fact, never failing the batch.
 
 A tenant's position is the highest notification it has *handled*: applied, or parked and listed.
 """
@@ -35,7 +38,7 @@ import psycopg
 
 from domain.errors import PalimpsestError
 from projections.bookkeeping import Batch, Bookkeeping
-from projections.cards import NAME, operations, storable
+from projections.cards import ERASED, NAME, operations, storable
 from projections.decisions import ProjectionDecisions, Skips, skips
 from projections.parking import (
     PROJECTION,
@@ -96,14 +99,16 @@ def decode(mapper: Any, notification: Any) -> Delivered:
 #: Where, in a stored JSON state, a NUL or a surrogate can be: the escapes ``\\u0000`` and
 #: ``\\uD800``–``\\uDFFF`` (JSON writes a NUL only so; a surrogate cannot be UTF-8 at all).
 _ESCAPES = re.compile(rb"\\u(?:0000|[dD])")
+_SEALED = b'"_sealed_"'
 
 
 def clean_state(state: bytes) -> bool:
     """Whether a stored state certainly holds no NUL and no lone surrogate: JSON (an object,
-    neither compressed nor encrypted) without those escapes. One search of the bytes, where
-    searching the decoded event's operations costs microseconds; it may say no for a clean
-    state (a Hangul escape), never yes for another."""
-    return state[:1] == b"{" and _ESCAPES.search(state) is None
+    neither compressed nor encrypted) without those escapes, and with no sealed field (whose
+    text the bytes do not show: ``infra.sealing``). One search of the bytes, where searching the
+    decoded event's operations costs microseconds; it may say no for a clean state (a Hangul
+    escape, a sealed field), never yes for another."""
+    return state[:1] == b"{" and _ESCAPES.search(state) is None and _SEALED not in state
 
 
 #: An aggregate's events ``after < version < before`` (``before`` None: all later), from the log.
@@ -114,14 +119,17 @@ class Projector:
     def __init__(
         self, connect: Callable[[], psycopg.Connection[Any]], schema: str,
         fetch_missing: ReadAggregate, name: str = NAME,
-        decisions: Callable[[], Iterable[Any]] = tuple,
+        decisions: Callable[[], Iterable[Any]] = tuple, cache_schema: str | None = None,
+        on_erased: Callable[[list[Any]], None] | None = None,
     ) -> None:
         self.connect = connect
         self.schema = schema
         self.name = name
         self.fetch_missing = fetch_missing
         self.decisions = decisions
-        self.sink = PostgresSink(schema)
+        self.sink = PostgresSink(schema, cache_schema)
+        #: Told the erasures a committed batch applied (see the module's notes).
+        self.on_erased = on_erased
         #: Events this projector parked, in batches that committed.
         self.parked = 0
         self._skips: Skips | None = None
@@ -203,7 +211,18 @@ class Projector:
                 raise  # to apply_batch, which applies the batch again, a savepoint per event
             raise ProjectionError(f"projection {self.name!r} failed: {error}") from error
         self._parked(state.recorded)
+        self._erased(state.erased)
         return applied
+
+    def _erased(self, erasures: list[Any]) -> None:
+        """Hand a committed batch's erasures to ``on_erased``; what it raises is logged."""
+        if not erasures or self.on_erased is None:
+            return
+        try:
+            self.on_erased(erasures)
+        except Exception:  # the erasure is in the read models: what follows is best effort
+            log.exception("projection %r: the follow-up of %d erasure(s) failed", self.name,
+                          len(erasures))
 
     def _release(self, cur: psycopg.Cursor[Any], originator_id: UUID, state: Batch) -> None:
         """An aggregate un-parked: its parked rows (under each tenant they are under) retried."""
@@ -262,6 +281,8 @@ class Projector:
                 continue
             versions[originator_id] = each.event.originator_version
             applied += 1
+            if isinstance(each.event, ERASED):
+                state.erased.append(each.event)
         return applied
 
     def _pending(self, item: Delivered, last: int) -> list[Delivered]:
@@ -296,6 +317,7 @@ class Projector:
             ops = operations(event, item.clean)
         except Exception as error:
             return Failure.of(event, notification_id, PROJECTION, error)
+        self.sink.position = notification_id
         if pipelined:
             try:
                 self.sink.apply_all(cur, ops)
@@ -345,6 +367,16 @@ class Projector:
             log.log(level, "projection %r parked v%s of %s (notification %s, tenant %s): %s",
                     self.name, failure.originator_version, failure.originator_id,
                     failure.notification_id, failure.tenant_id, failure.error)
+
+    def forget(self, forgotten: Sequence[Any]) -> None:
+        """What erasures forget (:class:`~projections.ops.Forget`), applied without their events
+        and in one transaction: a rebuild as known before them shows their tombstones."""
+        if not forgotten:
+            return
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            for op in forgotten:
+                cur.execute(self.sql.set_tenant, (op.tenant_id,))
+                self.sink.apply(op, cur)
 
     #: The pseudo-tenant of the log position: "every event up to here is handled", advanced
     #: only by a catch-up that reads the log in order.

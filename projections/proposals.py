@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from domain.proposal import Proposal, Review
-from projections.cards import project
+from projections.cards import plain, project
 from projections.ops import ChangeRecord, Op, PutRecord
 
 TABLE = "proposals"
@@ -22,7 +22,7 @@ def _(event: Any) -> list[Op]:
     return [PutRecord(TABLE, {
         "tenant_id": event.tenant_id, "proposal_id": event.originator_id, "kind": event.kind,
         "src_id": event.src_id, "dst_id": event.dst_id, "edge": event.edge,
-        "rationale": event.rationale, "score": event.score, "proposed_at": event.timestamp,
+        "rationale": plain(event.rationale), "score": event.score, "proposed_at": event.timestamp,
         "review": None, "reviewed_at": None, "reviewed_by": None, "note": None,
     })]
 
@@ -31,7 +31,7 @@ def _reviewed(review: Review):  # type: ignore[no-untyped-def]
     def op(event: Any) -> list[Op]:
         return [ChangeRecord(TABLE, event.tenant_id, event.originator_id, {
             "review": review.value, "reviewed_at": event.timestamp,
-            "reviewed_by": event.reviewed_by, "note": event.note,
+            "reviewed_by": event.reviewed_by, "note": plain(event.note),
         })]
     return op
 

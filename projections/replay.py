@@ -7,7 +7,9 @@ checks them, builds the secondary indexes over them (cheaper than maintaining th
 and swaps the schema in with two renames in one transaction (queries keep reading the old one
 until the commit). It then catches the new schema up incrementally with the events written
 meanwhile. With ``known_at`` it builds the read models as they were known at that moment into a
-schema of their own, and swaps nothing.
+schema of their own, and swaps nothing; an erasure recorded since is retroactive there too: its
+cards are tombstones, ``erased_at`` its time (:mod:`projections.fold`), the erasure itself not
+listed.
 
 Poison events park their aggregates in the fold as the incremental projector parks them
 (decision 0007), and the operators' skip decisions are read from the log first; the rebuilt
@@ -43,7 +45,9 @@ from infra.postgres import (
     vector_index_enabled,
 )
 from infra.settings import Settings
-from projections.bulk import RowsRefusedError, fold_in_processes, share_of, write_rows
+from projections.bulk import RowsRefusedError, fold_in_processes, write_rows
+from projections.cards import ERASED, forget
+from projections.erasures import follow_erasures
 from projections.eventlog import (
     Palimpsest,
     decisions,
@@ -54,7 +58,7 @@ from projections.eventlog import (
     read_log,
     read_pages,
 )
-from projections.fold import Progress, fold
+from projections.fold import Progress, fold, share_of
 from projections.projector import TRANSIENT, Delivered, ProjectionError, Projector
 from projections.schema import arm_words, create_functions, create_read_schema, index_statements
 from projections.status import parked
@@ -113,8 +117,11 @@ def make_projector(settings: Settings, app: Palimpsest, schema: str | None = Non
                    admin: Database | None = None, known_at: datetime | None = None
                    ) -> Projector:
     """The incremental projector as the projector role, reading gaps, retried aggregates and
-    the skip decisions (those recorded by ``known_at``, if given) from ``app``'s log."""
+    the skip decisions (those recorded by ``known_at``, if given) from ``app``'s log; after an
+    erasure, ``app``'s key ring (if any) forgets the destroyed keys and the touched tables are
+    vacuumed (:mod:`projections.erasures`)."""
     projector_db = projector_database(admin or admin_database(settings), settings)
+    schema = schema or settings.read_schema
 
     def fetch_missing(originator_id: UUID, after: int, before: int | None) -> list[Delivered]:
         return read_aggregate(app, originator_id, after, before)
@@ -122,8 +129,10 @@ def make_projector(settings: Settings, app: Palimpsest, schema: str | None = Non
     def known_decisions() -> list[Any]:
         return [d for d in decisions(app) if known_at is None or d.timestamp <= known_at]
 
-    return Projector(projector_db.connect, schema or settings.read_schema, fetch_missing,
-                     decisions=known_decisions)
+    return Projector(projector_db.connect, schema, fetch_missing, decisions=known_decisions,
+                     cache_schema=settings.event_schema,
+                     on_erased=follow_erasures(projector_db.connect, schema, settings.event_schema,
+                                               getattr(app, "keyring", None)))
 
 
 def catch_up(projector: Projector, app: Palimpsest, after: int | None = None,
@@ -252,7 +261,7 @@ def _fold_and_copy(settings: Settings, app: Palimpsest, admin: Database, target:
 
 #: The tables a rebuild fills, counted for its report.
 FILLED = ("nodes", "slots", "cards", "card_versions", "card_relations", "arbitration_queue",
-          "projection_tracking", "projection_position", "projection_failures")
+          "erasures", "projection_tracking", "projection_position", "projection_failures")
 
 
 def project_into(settings: Settings, app: Palimpsest, admin: Database, schema: str, head: int,
@@ -260,19 +269,24 @@ def project_into(settings: Settings, app: Palimpsest, admin: Database, schema: s
                  ) -> tuple[dict[str, int], int]:
     """The log up to ``head`` projected into a fresh ``schema`` through the incremental projector:
     what a rebuild does when the database refuses a row its fold made. At the catch-up's rate,
-    and exact: each event is parked where the live projector parks it."""
+    and exact: each event is parked where the live projector parks it. As known at a moment,
+    what the erasures recorded later forget is applied last, as the fold does."""
     fresh_schema(settings, admin, schema)
     projector = make_projector(settings, app, schema, admin, known_at)
     count = 0
+    late = []
     try:
         for batch in read_ahead(app, 1, head, settings.projector_batch):
             count += len(batch)
             known = [d for d in batch if known_at is None or d.event.timestamp is None
                      or d.event.timestamp <= known_at]
+            late += [forget(d.event) for d in batch if d not in known
+                     and isinstance(d.event, ERASED)]
             if known:
                 projector.apply_batch(known)
             if progress:
                 progress(batch[-1].notification_id, head)
+        projector.forget(late)
         projector.mark_log_position(head)
     finally:
         projector.close()

@@ -14,8 +14,12 @@ import psycopg
 from psycopg import sql
 
 TABLES = ("nodes", "slots", "cards", "card_terms", "card_versions", "card_embeddings",
-          "card_relations", "arbitration_queue", "proposals", "ingestions",
+          "card_relations", "arbitration_queue", "proposals", "ingestions", "erasures",
           "projection_tracking", "projection_position", "projection_failures")
+#: The tables an erasure rewrites: vacuumed after it (best effort), so that the dead tuples
+#: holding the forgotten texts go sooner.
+ERASED_TABLES = ("cards", "card_versions", "card_terms", "card_embeddings", "slots",
+                 "arbitration_queue", "proposals", "ingestions")
 
 #: How ``card_terms`` spells a card's label and memory type (no term starts with "=").
 LABEL_WORD, TYPE_WORD = "=label:", "=type:"
@@ -219,6 +223,44 @@ CREATE INDEX IF NOT EXISTS ingestions_status ON {s}.ingestions (tenant_id, statu
 -- How many of the model's candidates were not written (a value the turn does not support).
 ALTER TABLE {s}.ingestions ADD COLUMN IF NOT EXISTS rejected integer;
 
+-- Erasure (DESIGN §7, decision 0012): a forgotten card is a tombstone — its text NULL, its
+-- words, trigrams and embedding gone, ``erased_at`` set — in every version; a forgotten slot
+-- keeps no subject, label or words. Texts erased before they were projected are NULL from the
+-- start (``erased_at`` the event's time until the erasure's own event sets its time).
+ALTER TABLE {s}.cards ADD COLUMN IF NOT EXISTS erased_at timestamptz;
+ALTER TABLE {s}.cards ALTER COLUMN content DROP NOT NULL;
+ALTER TABLE {s}.card_versions ADD COLUMN IF NOT EXISTS erased_at timestamptz;
+ALTER TABLE {s}.card_versions ALTER COLUMN content DROP NOT NULL;
+ALTER TABLE {s}.slots ADD COLUMN IF NOT EXISTS erased_at timestamptz;
+ALTER TABLE {s}.slots ALTER COLUMN subject DROP NOT NULL;
+ALTER TABLE {s}.slots ALTER COLUMN label DROP NOT NULL;
+-- Which card each of ``current_values`` is (an erasure nulls the values of its cards).
+ALTER TABLE {s}.arbitration_queue ADD COLUMN IF NOT EXISTS current_card_ids uuid[];
+ALTER TABLE {s}.arbitration_queue ALTER COLUMN subject DROP NOT NULL;
+ALTER TABLE {s}.arbitration_queue ALTER COLUMN label DROP NOT NULL;
+ALTER TABLE {s}.arbitration_queue ALTER COLUMN proposed_value DROP NOT NULL;
+ALTER TABLE {s}.proposals ALTER COLUMN rationale DROP NOT NULL;
+-- The card's version an embedding was made at (the embedding projection re-checks a card whose
+-- version moved on); ``content_hash`` is the text's keyed hash, the embedding cache's key.
+ALTER TABLE {s}.card_embeddings ADD COLUMN IF NOT EXISTS version integer NOT NULL DEFAULT 0;
+
+-- The audit of erasures, one row each: which unit, when, on what basis, who asked, how many
+-- keys and cards went (the reason is sealed in the log, never here). ``position``: its
+-- notification id.
+CREATE TABLE IF NOT EXISTS {s}.erasures (
+    tenant_id text NOT NULL,
+    erasure_id uuid NOT NULL,
+    unit text NOT NULL,
+    target text NOT NULL,
+    basis text NOT NULL,
+    requested_by text NOT NULL,
+    erased_at timestamptz NOT NULL,
+    keys_destroyed integer NOT NULL,
+    cards integer NOT NULL,
+    position bigint NOT NULL,
+    PRIMARY KEY (tenant_id, erasure_id)
+);
+
 -- Idempotency by event identity: the last version of each aggregate applied by a projection.
 CREATE TABLE IF NOT EXISTS {s}.projection_tracking (
     projection text NOT NULL,
@@ -286,17 +328,19 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
     WHERE w <> ''
 $$;
 
+-- A tombstone (``erased_at`` set) has no words at all: no search finds it.
 CREATE OR REPLACE FUNCTION {s}.card_terms_sync() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     is_live boolean := NEW.retracted_at IS NULL AND NEW.valid_to IS NULL AND NEW.merged_into IS NULL;
 BEGIN
     IF TG_OP = 'UPDATE' THEN
         IF (OLD.terms, OLD.slot_words, OLD.label, OLD.cardinality, OLD.memory_type, OLD.scope,
-            OLD.project_id, OLD.group_id, OLD.recorded_at)
+            OLD.project_id, OLD.group_id, OLD.recorded_at, OLD.erased_at IS NULL)
            IS NOT DISTINCT FROM (NEW.terms, NEW.slot_words, NEW.label, NEW.cardinality,
-            NEW.memory_type, NEW.scope, NEW.project_id, NEW.group_id, NEW.recorded_at) THEN
+            NEW.memory_type, NEW.scope, NEW.project_id, NEW.group_id, NEW.recorded_at,
+            NEW.erased_at IS NULL) THEN
             IF (OLD.retracted_at IS NULL AND OLD.valid_to IS NULL AND OLD.merged_into IS NULL)
-               IS DISTINCT FROM is_live THEN
+               IS DISTINCT FROM is_live AND NEW.erased_at IS NULL THEN
                 UPDATE {s}.card_terms SET live = is_live
                 WHERE tenant_id = NEW.tenant_id AND card_id = NEW.card_id
                   AND term = ANY({s}.card_words(NEW.terms, NEW.slot_words, NEW.label,
@@ -308,6 +352,9 @@ BEGIN
         WHERE tenant_id = OLD.tenant_id AND card_id = OLD.card_id
           AND term = ANY({s}.card_words(OLD.terms, OLD.slot_words, OLD.label, OLD.cardinality,
                                         OLD.memory_type));
+    END IF;
+    IF NEW.erased_at IS NOT NULL THEN
+        RETURN NULL;
     END IF;
     INSERT INTO {s}.card_terms (tenant_id, term, card_id, live, recorded_at, scope, project_id, group_id)
     SELECT NEW.tenant_id, w, NEW.card_id, is_live, NEW.recorded_at, NEW.scope, NEW.project_id, NEW.group_id
@@ -383,7 +430,8 @@ def create_read_schema(
         GRANT USAGE ON SCHEMA {s} TO {reader}, {writer};
         GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {reader};
         GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {s} TO {writer};
-        GRANT DELETE ON {s}.projection_failures, {s}.card_terms TO {writer};
+        GRANT DELETE ON {s}.projection_failures, {s}.card_terms, {s}.card_embeddings TO {writer};
+        GRANT MAINTAIN ON ALL TABLES IN SCHEMA {s} TO {writer};
     """
     conn.execute(sql.SQL(grants).format(
         reader=sql.Identifier(reader), writer=sql.Identifier(writer), **names))
@@ -401,7 +449,7 @@ SELECT c.tenant_id, w, c.card_id, c.retracted_at IS NULL AND c.valid_to IS NULL
     AND c.merged_into IS NULL, c.recorded_at, c.scope, c.project_id, c.group_id
 FROM {s}.cards c,
     unnest({s}.card_words(c.terms, c.slot_words, c.label, c.cardinality, c.memory_type)) AS w
-WHERE {share}
+WHERE c.erased_at IS NULL AND {share}
 ORDER BY 1, 2, 3"""  # in the key's order: each insert lands at the index's right edge
 
 def in_share(column: str, share: tuple[int, int] | None) -> sql.Composable:

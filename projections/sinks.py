@@ -19,16 +19,21 @@ from projections.ops import (
     CARD_COLUMNS,
     CASE_COLUMNS,
     CHANGEABLE,
+    ERASURE_COLUMNS,
     FROM_SLOT,
     RECORDS,
     SLOT_COLUMNS,
+    TOMBSTONE,
+    VERSION_COLUMNS,
     AddProposal,
     ChangeCard,
     ChangeRecord,
     DecideCase,
+    Forget,
     PutCard,
     PutCase,
     PutEdge,
+    PutErasure,
     PutNode,
     PutRecord,
     PutSlot,
@@ -37,16 +42,17 @@ from projections.ops import (
 #: Changes that append to an array column what it does not hold yet: change → column.
 ADDED = {"added_tags": "tags", "added_terms": "terms"}
 #: The text-array columns, passed as :func:`array_literal` s.
-ARRAYS = frozenset({"tags", "terms", "bigrams", "current_values", "slot_words", "card_ids"})
+ARRAYS = frozenset({"tags", "terms", "bigrams", "current_values", "slot_words", "card_ids",
+                    "current_card_ids"})
 
 
-def array_literal(items: list[str] | None) -> str | None:
-    """``{"a","b"}``: a text array as PostgreSQL reads it; cheaper than letting psycopg dump the
-    list element by element."""
+def array_literal(items: list[Any] | None) -> str | None:
+    """``{"a","b"}``: a text (or uuid) array as PostgreSQL reads it; cheaper than letting psycopg
+    dump the list element by element."""
     if items is None:
         return None
     quoted = ('NULL' if item is None else
-              '"' + item.replace("\\", "\\\\").replace('"', '\\"') + '"' for item in items)
+              '"' + str(item).replace("\\", "\\\\").replace('"', '\\"') + '"' for item in items)
     return "{" + ",".join(quoted) + "}"
 
 
@@ -97,10 +103,13 @@ def _valid(row: dict[str, Any]) -> Range[datetime]:
 
 
 class PostgresSink:
-    """Applies operations inside the caller's transaction, as the caller's role."""
+    """Applies operations inside the caller's transaction, as the caller's role. ``cache_schema``:
+    where the embedding cache is, whose entries an erasure deletes (None: not touched).
+    ``position``: the notification being applied (the projector sets it)."""
 
-    def __init__(self, schema: str) -> None:
+    def __init__(self, schema: str, cache_schema: str | None = None) -> None:
         s = sql.Identifier(schema)
+        self.position = 0
         own = tuple(c for c in CARD_COLUMNS if c not in FROM_SLOT)
         self._own = own
         self._node = sql.SQL(
@@ -108,11 +117,12 @@ class PostgresSink:
             "ON CONFLICT DO NOTHING").format(s)
         self._slot = _insert(s, "slots", SLOT_COLUMNS)
         ret = sql.SQL(" RETURNING tenant_id, card_id, version, content, title, status, valid, "
-                      "recorded_at, retracted_at, verified_at)")
+                      "recorded_at, retracted_at, verified_at, erased_at)")
         insert_version = sql.SQL(
             " INSERT INTO {s}.card_versions (tenant_id, card_id, version, content, title, status, "
-            "valid, known, retracted, verified_at) SELECT tenant_id, card_id, version, content, "
-            "title, status, valid, {known}, retracted_at IS NOT NULL, verified_at FROM c")
+            "valid, known, retracted, verified_at, erased_at) SELECT tenant_id, card_id, version, "
+            "content, title, status, valid, {known}, retracted_at IS NOT NULL, verified_at, "
+            "erased_at FROM c")
         first = sql.Composed([ret, insert_version.format(
             s=s, known=sql.SQL("tstzrange(recorded_at, NULL)"))])
         card = sql.Composed([sql.SQL("c AS ("), _insert(s, "cards", CARD_COLUMNS), first])
@@ -150,6 +160,8 @@ class PostgresSink:
         self._changes: dict[tuple[str, ...], str] = {}
         self._records = {table: _insert(s, table, columns).as_string(None)
                          for table, (_, columns) in RECORDS.items()}
+        self._erasure = _insert(s, "erasures", ERASURE_COLUMNS)
+        self._forgets = forget_statements(schema, cache_schema)
         for name, value in list(vars(self).items()):  # render once: composing per call is slow
             if isinstance(value, sql.Composable):
                 setattr(self, name, value.as_string(None))
@@ -159,6 +171,7 @@ class PostgresSink:
             ChangeCard: self._change_card, PutEdge: self._put_edge, PutCase: self._put_case,
             AddProposal: self._add_proposal, DecideCase: self._decide_case,
             PutRecord: self._put_record, ChangeRecord: self._change_record,
+            PutErasure: self._put_erasure, Forget: self._forget,
         }
 
     def apply_all(self, cur: psycopg.Cursor[Any], ops: Iterable[Any]) -> None:
@@ -258,6 +271,89 @@ class PostgresSink:
         cur.execute(statement, [*(_param(c, v) for c, v in op.changes.items()), op.tenant_id,
                                 op.record_id])
 
+    def _put_erasure(self, op: PutErasure, cur: psycopg.Cursor[Any]) -> None:
+        row = {**op.row, "position": self.position}
+        cur.execute(self._erasure, [row[c] for c in ERASURE_COLUMNS])
+
+    def _forget(self, op: Forget, cur: psycopg.Cursor[Any]) -> None:
+        params = {"tenant": op.tenant_id, "at": op.at, "cards": list(op.card_ids),
+                  "slots": list(op.slot_ids), "ids": list(op.aggregate_ids),
+                  **{column: _param(column, value) for column, value in TOMBSTONE.items()}}
+        for part, statements in self._forgets.items():
+            if part == "tenant" and not op.whole_tenant or part != "tenant" and not params[part]:
+                continue
+            for statement in statements:
+                cur.execute(statement, params)
+
+
+#: What an erasure does to the read models in SQL, by what it names: its slots first (their
+#: cards' copies of subject and label go), then its cards (the cache entries their texts left,
+#: their embeddings, the text of the row and of every version, their values in arbitration
+#: cases), the texts of its other aggregates, and for a whole tenant every cached embedding. The
+#: words index forgets a card by its trigger. Mirrored by :meth:`MemorySink._forget`.
+_FORGET: dict[str, tuple[str, ...]] = {
+    "slots": (
+        "UPDATE {s}.slots SET subject = NULL, label = NULL, slot_words = '{{}}', erased_at = %(at)s "
+        "WHERE tenant_id = %(tenant)s AND slot_id = ANY(%(slots)s::uuid[])",
+        "UPDATE {s}.cards SET subject = NULL, label = NULL, slot_words = CASE WHEN erased_at IS NULL "
+        "THEN '{{}}'::text[] END WHERE tenant_id = %(tenant)s AND aggregate_id = ANY(%(slots)s::uuid[])",
+        "UPDATE {s}.arbitration_queue SET subject = NULL, label = NULL "
+        "WHERE tenant_id = %(tenant)s AND slot_id = ANY(%(slots)s::uuid[])",
+    ),
+    "cards": (
+        # every cached entry of the tenant no embedding of a card left standing refers to: the
+        # erased cards' texts, and those of their earlier versions
+        "{cache_gc}",
+        "DELETE FROM {s}.card_embeddings WHERE tenant_id = %(tenant)s "
+        "AND card_id = ANY(%(cards)s::uuid[])",
+        "UPDATE {s}.cards SET " + ", ".join(f"{column} = %({column})s" for column in TOMBSTONE)
+        + ", erased_at = %(at)s WHERE tenant_id = %(tenant)s AND card_id = ANY(%(cards)s::uuid[])",
+        "UPDATE {s}.card_versions SET content = NULL, title = NULL, erased_at = %(at)s "
+        "WHERE tenant_id = %(tenant)s AND card_id = ANY(%(cards)s::uuid[])",
+        "UPDATE {s}.arbitration_queue SET current_values = ARRAY(SELECT CASE WHEN x.id = "
+        "ANY(%(cards)s::uuid[]) THEN NULL ELSE x.v END FROM unnest(current_values, "
+        "current_card_ids) WITH ORDINALITY AS x(v, id, n) ORDER BY x.n) "
+        "WHERE tenant_id = %(tenant)s AND current_card_ids && %(cards)s::uuid[]",
+        # a case projected before its cards' ids were kept: every current value of it goes
+        "UPDATE {s}.arbitration_queue SET current_values = array_fill(NULL::text, "
+        "ARRAY[cardinality(current_values)]) WHERE tenant_id = %(tenant)s "
+        "AND current_card_ids IS NULL AND slot_id IN (SELECT aggregate_id FROM {s}.cards "
+        "WHERE tenant_id = %(tenant)s AND card_id = ANY(%(cards)s::uuid[]))",
+        "UPDATE {s}.arbitration_queue SET proposed_value = NULL "
+        "WHERE tenant_id = %(tenant)s AND proposed_card_id = ANY(%(cards)s::uuid[])",
+    ),
+    "ids": (
+        "UPDATE {s}.proposals SET rationale = NULL, note = NULL "
+        "WHERE tenant_id = %(tenant)s AND proposal_id = ANY(%(ids)s::uuid[])",
+        "UPDATE {s}.ingestions SET error = NULL, candidates = NULL, rejected = NULL "
+        "WHERE tenant_id = %(tenant)s AND ingestion_id = ANY(%(ids)s::uuid[])",
+    ),
+    "tenant": ("DELETE FROM {cache} WHERE tenant_id = %(tenant)s",),
+}
+
+_CACHE_GC = ("DELETE FROM {cache} k WHERE k.tenant_id = %(tenant)s AND NOT EXISTS (SELECT 1 "
+             "FROM {s}.card_embeddings e WHERE e.tenant_id = k.tenant_id "
+             "AND e.content_hash = k.content_hash AND e.card_id <> ALL(%(cards)s::uuid[]))")
+
+
+def forget_statements(schema: str, cache_schema: str | None) -> dict[str, list[str]]:
+    """:data:`_FORGET` rendered for ``schema`` (and the cache in ``cache_schema``, if any)."""
+    from infra.embedders import CACHE_TABLE
+
+    names: dict[str, Any] = {"s": sql.Identifier(schema)}
+    if cache_schema is not None:
+        names["cache"] = sql.Identifier(cache_schema, CACHE_TABLE)
+    rendered: dict[str, list[str]] = {}
+    for part, statements in _FORGET.items():
+        rendered[part] = []
+        for statement in statements:
+            if statement == "{cache_gc}":
+                statement = _CACHE_GC
+            if "{cache}" in statement and cache_schema is None:
+                continue
+            rendered[part].append(sql.SQL(statement).format(**names).as_string(None))
+    return rendered
+
 
 class MemorySink:
     """Builds every read-model row in dictionaries; :meth:`rows` gives them table by table.
@@ -277,6 +373,7 @@ class MemorySink:
         self.cases: dict[tuple[str, UUID], dict[str, Any]] = {}
         #: Record tables (``projections.ops.RECORDS``): table → (tenant, id) → row.
         self.records: dict[str, dict[tuple[str, UUID], dict[str, Any]]] = {t: {} for t in RECORDS}
+        self.erasures: dict[tuple[str, UUID], dict[str, Any]] = {}
         #: The notification whose operations are being applied.
         self.position = 0
         self._rules: dict[type, Callable[[Any], None]] = {
@@ -284,6 +381,7 @@ class MemorySink:
             ChangeCard: self._change_card, PutEdge: self._put_edge, PutCase: self._put_case,
             AddProposal: self._add_proposal, DecideCase: self._decide_case,
             PutRecord: self._put_record, ChangeRecord: self._change_record,
+            PutErasure: self._put_erasure, Forget: self._forget,
         }
 
     def apply_all(self, ops: list[Any]) -> None:
@@ -298,7 +396,7 @@ class MemorySink:
         seen: list[tuple[type, tuple[str, Any]]] = []
         for op in ops:
             kind = type(op)
-            if kind is PutNode or kind is PutEdge:
+            if kind is PutNode or kind is PutEdge or kind is Forget:
                 continue
             if kind is PutCard:
                 key, table = (op.row["tenant_id"], op.row["card_id"]), self.cards
@@ -311,6 +409,8 @@ class MemorySink:
                 key, table = (op.row["tenant_id"], op.row["slot_id"]), self.slots
             elif kind is PutCase:
                 key, table = (op.row["tenant_id"], op.row["case_id"]), self.cases
+            elif kind is PutErasure:
+                key, table = (op.row["tenant_id"], op.row["erasure_id"]), self.erasures
             elif kind is PutRecord:
                 column, columns = RECORDS[op.table]
                 if set(op.row) != set(columns):
@@ -335,7 +435,8 @@ class MemorySink:
         self.nodes.setdefault((op.tenant_id, op.node_id), op.node_kind)
 
     def _put_slot(self, op: PutSlot) -> None:
-        self.slots[(op.row["tenant_id"], op.row["slot_id"])] = dict(op.row)
+        self.slots[(op.row["tenant_id"], op.row["slot_id"])] = {
+            column: op.row.get(column) for column in SLOT_COLUMNS}
 
     def _put_card(self, op: PutCard) -> None:
         get = op.row.get
@@ -399,6 +500,50 @@ class MemorySink:
     def _change_record(self, op: ChangeRecord) -> None:
         self.records[op.table].get((op.tenant_id, op.record_id), {}).update(op.changes)
 
+    def _put_erasure(self, op: PutErasure) -> None:
+        self.erasures[(op.row["tenant_id"], op.row["erasure_id"])] = {
+            **op.row, "position": self.position}
+
+    def _forget(self, op: Forget) -> None:
+        """What :data:`_FORGET` does in SQL (embeddings and the cache aside: no fold holds them).
+        A slot's cards are looked for only when slots are forgotten (rare: a card, a session or
+        a retention run names cards)."""
+        tenant, slots, cards = op.tenant_id, set(op.slot_ids), set(op.card_ids)
+        for slot_id in op.slot_ids:
+            slot = self.slots.get((tenant, slot_id))
+            if slot is not None:
+                slot.update(subject=None, label=None, slot_words=[], erased_at=op.at)
+        for (owner, _), row in self.cards.items() if slots else ():
+            if owner == tenant and row["aggregate_id"] in slots:
+                row.update(subject=None, label=None,
+                           slot_words=[] if row["erased_at"] is None else None)
+        for card_id in op.card_ids:
+            card = self.cards.get((tenant, card_id))
+            if card is None:
+                continue
+            card.update({column: list(value) if isinstance(value, list) else value
+                         for column, value in TOMBSTONE.items()}, erased_at=op.at)
+            for version in self.versions[(tenant, card_id)]:
+                version.update(content=None, title=None, erased_at=op.at)
+        for (owner, _), case in self.cases.items() if slots or cards else ():
+            if owner != tenant:
+                continue
+            if case["slot_id"] in slots:
+                case.update(subject=None, label=None)
+            if cards.intersection(case["current_card_ids"]):
+                case["current_values"] = [
+                    None if card_id in cards else value for value, card_id
+                    in zip(case["current_values"], case["current_card_ids"], strict=True)]
+            if case["proposed_card_id"] in cards:
+                case["proposed_value"] = None
+        for record_id in op.aggregate_ids:
+            proposal = self.records["proposals"].get((tenant, record_id))
+            if proposal is not None:
+                proposal.update(rationale=None, note=None)
+            turn = self.records["ingestions"].get((tenant, record_id))
+            if turn is not None:
+                turn.update(error=None, candidates=None, rejected=None)
+
     @staticmethod
     def _version(row: dict[str, Any], since: datetime) -> dict[str, Any]:
         return {
@@ -406,13 +551,13 @@ class MemorySink:
             "content": row["content"], "title": row["title"], "status": row["status"],
             "valid": _valid(row), "known": Range(since, None, "[)"),
             "retracted": row["retracted_at"] is not None, "verified_at": row["verified_at"],
+            "erased_at": row["erased_at"],
         }
 
     def rows(self) -> dict[str, tuple[tuple[str, ...], list[tuple[Any, ...]]]]:
         """Table name → (columns, rows), in an order that satisfies the foreign keys."""
         card_columns = (*CARD_COLUMNS, "version")
-        version_columns = ("tenant_id", "card_id", "version", "content", "title", "status",
-                           "valid", "known", "retracted", "verified_at")
+        version_columns = VERSION_COLUMNS
         case_columns = (*CASE_COLUMNS, "decision", "decided_by", "decided_at")
         return {
             "nodes": (("tenant_id", "node_id", "node_kind"),
@@ -429,4 +574,6 @@ class MemorySink:
                 tuple(r[c] for c in case_columns) for r in self.cases.values()]),
             **{table: (columns, [tuple(r[c] for c in columns) for r in self.records[table].values()])
                for table, (_, columns) in RECORDS.items()},
+            "erasures": (ERASURE_COLUMNS, [tuple(r[c] for c in ERASURE_COLUMNS)
+                                           for r in self.erasures.values()]),
         }

@@ -8,6 +8,8 @@ grouping key from :data:`GROUP_KEYS`: no text of theirs becomes SQL.
 Relations: ``card_relations`` joins cards, and a link made to a state card's slot (an event
 ``affects`` it, knowledge links to it) stands for each card of that slot, so the far end of an
 edge is matched on a card's id or its aggregate's.
+
+An erased card is listed as a tombstone (no content, ``erased_at`` set: ``services.slicing``).
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ _COLUMNS = """c.card_id, c.aggregate_id, c.kind, c.memory_type, c.scope, c.proje
     c.perspective, c.subject, c.label, {content} AS content, {title} AS title, c.valid_from,
     {valid_to} AS valid_to, c.occurred_at, c.recorded_at, c.retracted_at, {status} AS status,
     c.source, c.inference_confidence, c.agent_id, c.session_id, c.turn_id, c.tags, c.cardinality,
-    {verified} AS verified_at, c.due_at, c.owner, {superseded} AS superseded"""
+    {verified} AS verified_at, c.due_at, c.owner, c.erased_at, {superseded} AS superseded"""
 
 _CURRENT_COLUMNS = _COLUMNS.format(content="c.content", title="c.title", valid_to="c.valid_to",
                                    status="c.status", verified="c.verified_at",

@@ -47,12 +47,18 @@ def embedding_lease(settings: Settings, admin: Database | None = None) -> Lease:
     return Lease(db.connect, f"palimpsest embeddings {settings.read_schema}")
 
 
-def embedding_projection(settings: Settings, admin: Database | None = None) -> EmbeddingProjection:
-    """The embedding projection as the projector role, its embedder behind the vector cache."""
-    from infra.embedders import create_embedder
+def embedding_projection(settings: Settings, admin: Database | None = None,
+                         keyring: Any = None) -> EmbeddingProjection:
+    """The embedding projection as the projector role, its embedder behind the vector cache,
+    whose entries are keyed by the tenants' keys in ``keyring`` (by default the configured ring,
+    when events are sealed)."""
+    from infra.embedders import CacheKeys, create_embedder
+    from infra.keyring import open_keyring
 
     db = projector_database(admin or admin_database(settings), settings)
-    embedder = create_embedder(settings, connect=db.connect)
+    if keyring is None and settings.seal_events:
+        keyring = open_keyring(settings)
+    embedder = create_embedder(settings, connect=db.connect, keys=CacheKeys(keyring))
     return EmbeddingProjection(db.connect, settings.read_schema, embedder)
 
 
@@ -68,5 +74,6 @@ def project_log(settings: Settings, app: Any, admin: Database | None = None) -> 
         projector.close()
     if projector.parked:  # poison parks its aggregate: the rest is applied
         log.warning("%d event(s) parked: `palimpsest failures` lists them", projector.parked)
-    embedded = embedding_projection(settings, admin).embed_all() if settings.projector_embeddings else 0
+    embedded = (embedding_projection(settings, admin, getattr(app, "keyring", None)).embed_all()
+                if settings.projector_embeddings else 0)
     return applied, embedded

@@ -10,6 +10,7 @@ and store failures reported as retryable errors.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import random
 import time
@@ -18,9 +19,16 @@ from datetime import UTC, datetime
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
 
-from eventsourcing.application import AggregateNotFoundError, Application, ProcessingEvent
+from eventsourcing.application import AggregateNotFoundError, Application, LRUCache, ProcessingEvent
 from eventsourcing.domain import Aggregate
-from eventsourcing.persistence import IntegrityError, JSONTranscoder, PersistenceError, Recording
+from eventsourcing.persistence import (
+    EventStore,
+    IntegrityError,
+    JSONTranscoder,
+    Mapper,
+    PersistenceError,
+    Recording,
+)
 
 from domain.base import TenantAggregate, derived_id
 from domain.errors import (
@@ -33,6 +41,8 @@ from domain.policy import Policy
 from domain.receipt import Receipt
 from domain.rules.validation import check_fields
 from domain.values import check_tenant
+from infra.keyring import KeyRing
+from infra.sealing import SealedEventStore, sealing_mapper
 from infra.transcodings import register_domain_transcodings
 from services.commands import Command, WriteResult
 from services.commit import GroupCommit
@@ -70,8 +80,9 @@ class BaseApplication(Application[UUID]):
     def __init__(
         self, env: dict[str, str], policy: Policy | None = None, clock: Clock = utc_now,
         conflict_retries: int = 3, conflict_lock: bool = True, conflict_backoff: float = 0.05,
-        lock_connections: int = 8, group_commit: bool = True,
+        lock_connections: int = 8, group_commit: bool = True, keyring: KeyRing | None = None,
     ) -> None:
+        self.keyring = keyring
         super().__init__(env=env)
         self.policy = policy or Policy()
         self.clock = clock
@@ -95,6 +106,27 @@ class BaseApplication(Application[UUID]):
     def register_transcodings(self, transcoder: JSONTranscoder) -> None:
         super().register_transcodings(transcoder)
         register_domain_transcodings(transcoder)
+
+    def construct_mapper(self) -> Mapper[UUID]:
+        """Personal fields sealed under their erasure unit's key (``infra.sealing``) when the
+        application has a key ring; in the clear without one (a store that never forgets)."""
+        return sealing_mapper(self.construct_transcoder(), self.keyring) or super().construct_mapper()
+
+    def construct_event_store(self) -> EventStore[UUID]:
+        return SealedEventStore(mapper=self.mapper, recorder=self.recorder)
+
+    def forget_decoded(self) -> None:
+        """Drop every aggregate the repository cached: they were decoded while keys an erasure
+        destroyed were live."""
+        cache: Any = self.repository.cache
+        if cache is None:
+            return
+        lock = getattr(cache, "lock", None) or contextlib.nullcontext()
+        with lock:
+            cache.cache.clear()
+            if isinstance(cache, LRUCache):
+                cache.clear()
+                cache.full = False
 
     def load(self, tenant_id: str, aggregate_id: UUID, cls: type[A], what: str = "card") -> A:
         """The aggregate, if it exists, is a ``cls`` and belongs to ``tenant_id``.

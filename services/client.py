@@ -29,9 +29,10 @@ Errors::
 
 from __future__ import annotations
 
+import json
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, TypeVar
@@ -216,6 +217,23 @@ class Calls:
                     _clean({"reviews": [_clean(r) for r in reviews], "reviewed_by": reviewed_by}))
 
     @staticmethod
+    def forget(unit: str, fields: dict[str, Any]) -> Call:
+        return Call("POST", "/v1/erasures", _clean({"unit": unit, **fields}))
+
+    @staticmethod
+    def erasures(options: dict[str, Any]) -> Call:
+        return Call("GET", "/v1/erasures", params=_clean(options))
+
+    @staticmethod
+    def export(subject: str | None, options: dict[str, Any]) -> Call:
+        return Call("GET", "/v1/export", params=_clean({"subject": subject, **options}))
+
+    @staticmethod
+    def set_retention(turn_days: int | None, extracted: bool, options: dict[str, Any]) -> Call:
+        return Call("PUT", "/v1/retention",
+                    {"turn_days": turn_days, "extracted": extracted, **_clean(options)})
+
+    @staticmethod
     def rerun(ingestion_id: Id) -> Call:
         return Call("POST", f"/v1/ingest/{_segment(str(ingestion_id))}/rerun", {})
 
@@ -355,6 +373,28 @@ class Operations(ABC, Generic[R, T]):
         """Accept or reject proposals: each ``{"proposal_id", "decision": accept|reject, "note"}``."""
         return self._send(Calls.review(reviews, reviewed_by))
 
+    def forget(self, unit: str, **fields: Any) -> R:
+        """Forget one unit: ``"card"`` (``card_id``), ``"slot"`` (``slot_id``, or ``subject`` and
+        ``label``), ``"subject"`` (``subject``), ``"session"`` (``session_id``) or ``"tenant"``
+        (a key with ``memory:erase``); ``basis``, ``reason`` and ``request_id`` optional. The
+        erasure's id, the keys destroyed, the cards forgotten and its ``position``."""
+        return self._send(Calls.forget(unit, fields))
+
+    def erasures(self, **options: Any) -> R:
+        """The erasures carried out, newest first (``limit``, ``min_position``)."""
+        return self._send(Calls.erasures(options))
+
+    def retention(self) -> R:
+        """The tenant's retention policy for raw conversation turns: ``turn_days`` (None: every
+        turn is kept) and ``extracted``."""
+        return self._send(Calls.get("/v1/retention"))
+
+    def set_retention(self, turn_days: int | None, extracted: bool = False, **options: Any) -> R:
+        """Keep raw conversation turns ``turn_days`` days (None: every turn), and with
+        ``extracted`` erase the cards made of an expired turn too (a key with ``memory:erase``;
+        ``request_id`` optional). The policy and its ``position``."""
+        return self._send(Calls.set_retention(turn_days, extracted, options))
+
     def status(self) -> R:
         """The key's tenant and scopes, its projected position and the pipeline's liveness."""
         return self._send(Calls.get("/v1/status"))
@@ -395,6 +435,19 @@ class Client(Operations[JSON, str]):
 
     _send = send
 
+    def export(self, subject: str | None = None, **options: Any) -> Iterator[JSON]:
+        """Every card of the key's tenant, or of ``subject``, one dict a line as the server
+        streams them (both timelines, edges, provenance; an erased card as a tombstone,
+        ``"erased": True``). The request is sent when the iteration starts."""
+        call = Calls.export(subject, options)
+        with self._http.stream(call.method, call.path, params=call.params) as response:
+            if response.status_code >= 400:
+                response.read()
+                raise_for(response)
+            for line in response.iter_lines():
+                if line.strip():
+                    yield json.loads(line)
+
 
 class AsyncClient(Operations[Awaitable[JSON], Awaitable[str]]):
     """The same operations as :class:`Client`, awaited; ``async with`` it, or :meth:`aclose` it."""
@@ -419,3 +472,14 @@ class AsyncClient(Operations[Awaitable[JSON], Awaitable[str]]):
         return _answer(call, response)
 
     _send = send
+
+    async def export(self, subject: str | None = None, **options: Any) -> AsyncIterator[JSON]:
+        """:meth:`Client.export`, awaited line by line (``async for card in memory.export()``)."""
+        call = Calls.export(subject, options)
+        async with self._http.stream(call.method, call.path, params=call.params) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                raise_for(response)
+            async for line in response.aiter_lines():
+                if line.strip():
+                    yield json.loads(line)

@@ -225,3 +225,40 @@ class ReviewProposal(Command):
     decision: str
     reviewed_by: str = Field(min_length=1, max_length=200)
     note: str = Field(default="", max_length=2_000)
+
+
+class Erase(Command):
+    """Forget one unit (``domain.erasure``): a card (``card_id``), a slot (``slot_id``, or
+    ``subject`` and ``label`` in ``scope``), a subject (``subject``), an ingested session
+    (``session_id``) or the whole tenant. ``basis``: the legal basis or kind of request;
+    ``reason``: why, in words (sealed like every text; write no personal text in it)."""
+
+    unit: str
+    card_id: UUID | None = None
+    slot_id: UUID | None = None
+    subject: str | None = Field(default=None, min_length=1, max_length=200)
+    label: str | None = Field(default=None, min_length=1, max_length=200)
+    session_id: str | None = Field(default=None, min_length=1, max_length=200)
+    scope: str = "personal"
+    project_id: str | None = None
+    group_id: str | None = None
+    basis: str = Field(default="request", min_length=1, max_length=100)
+    reason: str = Field(default="", max_length=2_000)
+    requested_by: str = Field(default="caller", min_length=1, max_length=200)
+
+    def parsed_scope(self) -> Scope:
+        return Scope.parse(self.scope, self.project_id, self.group_id)
+
+
+class ErasureResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    erasure_id: UUID
+    unit: str
+    #: How many data keys were destroyed, and the cards that became tombstones.
+    keys_destroyed: int
+    card_ids: tuple[UUID, ...] = ()
+    #: The notification id of the erasure's event; None when a retried request was answered
+    #: from its receipt.
+    position: int | None = None
+    replayed: bool = False

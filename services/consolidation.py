@@ -38,6 +38,7 @@ from projections.consolidation_sql import tenants_with_cards
 from services.application import BaseApplication
 from services.commands import Command, Link, Merge, ReviewProposal, Revise, WriteResult
 from services.consolidation_rules import Candidate, find_candidates
+from services.periodic import Periodic
 
 if TYPE_CHECKING:
     from services.memory import Palimpsest
@@ -204,19 +205,19 @@ class Consolidator:
         return slot, slot.card(card_id)
 
 
-class ConsolidationWorker:
+class ConsolidationWorker(Periodic):
     """Scans every tenant that has cards every ``interval`` seconds until stopped, with one log
     line per scan and its counts. A tenant nothing happened to since its last scan (the same
     :meth:`Consolidator.mark`) is skipped; one whose scan fails is logged and scanned next time."""
 
+    name = "consolidation"
+
     def __init__(self, consolidator: Consolidator, tenants: Callable[[], list[str]],
                  interval: float, stop: threading.Event | None = None) -> None:
+        super().__init__(interval, stop)
         self.consolidator = consolidator
         self.tenants = tenants
-        self.interval = interval
-        self.stopping = stop or threading.Event()
         self._marks: dict[str, tuple[int, int]] = {}
-        self._thread: threading.Thread | None = None
 
     def scan_all(self) -> Counter[str]:
         """One scan of every tenant: new proposals by kind, and how many tenants were
@@ -251,21 +252,8 @@ class ConsolidationWorker:
         counts.update(c.kind.value for c in created.values())
         return "scanned"
 
-    def run(self) -> None:
-        """A scan every ``interval`` seconds, the first one interval after the start (a starting
-        service has better things to do with its cores)."""
-        while not self.stopping.wait(self.interval):
-            self.scan_all()
-
-    def start(self) -> threading.Thread:
-        self._thread = threading.Thread(target=self.run, name="consolidation", daemon=True)
-        self._thread.start()
-        return self._thread
-
-    def stop(self, timeout: float = 5.0) -> None:
-        self.stopping.set()
-        if self._thread is not None:
-            self._thread.join(timeout)
+    def tick(self) -> Counter[str]:
+        return self.scan_all()
 
 
 def consolidation_worker(app: Palimpsest, read_models: ReadModels, monitor: Database,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from infra.eventlog import event_store_env
+from infra.keyring import open_keyring
 from infra.postgres import admin_database, bootstrap, runtime_database
 from infra.settings import Settings
 from services.application import Clock, utc_now
@@ -24,6 +25,7 @@ def create_app(
     return app_class(
         env=event_store_env(settings), policy=settings.policy(), clock=clock,
         conflict_retries=settings.conflict_retries, group_commit=settings.group_commit,
+        keyring=open_keyring(settings) if settings.seal_events else None,
     )
 
 

@@ -1,10 +1,11 @@
 """API keys: who a caller is, from the key alone.
 
 A key belongs to one tenant and carries scopes (``memory:read``, ``memory:write``,
-``memory:admin``; admin implies the other two). The secret — ``pk_`` and 32 random bytes — is shown
-once when the key is made; only its hash is kept (HMAC-SHA-256 with ``PALIMPSEST_KEY_PEPPER``, or
-SHA-256 without one). Every request is checked against the store, so a revoked key is refused at
-once, in every process.
+``memory:admin``, ``memory:erase``): admin implies read and write; ``memory:erase`` — forgetting a
+whole tenant — is held only by a key it was granted to by name, admin or not. The secret — ``pk_``
+and 32 random bytes — is shown once when the key is made; only its hash is kept (HMAC-SHA-256 with
+``PALIMPSEST_KEY_PEPPER``, or SHA-256 without one). Every request is checked against the store, so
+a revoked key is refused at once, in every process.
 
 ``KeyStore`` is the port; ``PostgresKeyStore`` keeps the keys in the event schema's ``api_keys``
 table (the runtime role may read them, add one and set ``revoked_at``, nothing else);
@@ -36,9 +37,11 @@ from domain.errors import (
 from domain.values import check_tenant
 from infra.postgres import KEYS_TABLE, Database
 
-SCOPES = ("memory:read", "memory:write", "memory:admin")
+SCOPES = ("memory:read", "memory:write", "memory:admin", "memory:erase")
 #: What a key gets when no scope is named.
 DEFAULT_SCOPES = ("memory:read", "memory:write")
+#: What ``memory:admin`` holds besides itself: not ``memory:erase``, which is granted only by name.
+ADMIN_HOLDS = frozenset({"memory:read", "memory:write"})
 SECRET_PREFIX = "pk_"
 MAX_NAME_CHARS = 200
 
@@ -68,10 +71,13 @@ class KeyInfo:
 
 
 def require(principal: Principal, scope: str) -> None:
-    """Refuse (PermissionDeniedError) unless the key holds ``scope``; admin holds every scope."""
+    """Refuse (PermissionDeniedError) unless the key holds ``scope``; admin holds read and write
+    too, never ``memory:erase``."""
     if scope not in SCOPES:
         raise ValueError(f"unknown scope {scope!r}")
-    if scope not in principal.scopes and "memory:admin" not in principal.scopes:
+    held = scope in principal.scopes or (
+        "memory:admin" in principal.scopes and scope in ADMIN_HOLDS)
+    if not held:
         raise PermissionDeniedError(f"this key lacks the scope {scope!r}")
 
 

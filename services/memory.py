@@ -13,6 +13,7 @@ from uuid import UUID
 from domain.arbitration import ArbitrationCase
 from domain.cards import StateCard
 from domain.commitment import Blocker, Commitment
+from domain.erased import is_erased
 from domain.errors import (
     ArbitrationCaseNotFoundError,
     CardNotFoundError,
@@ -41,7 +42,9 @@ from services.commands import (
     WriteResult,
 )
 from services.consolidation import ProposalCommands
+from services.erasure import ErasureCommands
 from services.ingest.commands import IngestCommands
+from services.retention import RetentionCommands
 
 
 def _result(outcome: WriteOutcome, slot: Slot) -> WriteResult:
@@ -59,7 +62,8 @@ def _parse(enum: Any, value: str, what: str) -> Any:
         raise InvalidKindError(f"unknown {what} {value!r}; expected one of {choices}") from None
 
 
-class Palimpsest(IngestCommands, ProposalCommands, BaseApplication):
+class Palimpsest(IngestCommands, ProposalCommands, ErasureCommands, RetentionCommands,
+                 BaseApplication):
     # ---- remember: one entry point for every kind ---------------------------------------
 
     def remember(self, tenant_id: str, command: Remember) -> WriteResult:
@@ -191,6 +195,7 @@ class Palimpsest(IngestCommands, ProposalCommands, BaseApplication):
             edge = _parse(Edge, command.edge, "edge")
             slot = self.load(tenant_id, slot_id, Slot, "slot")
             target = slot.card(command.card_id)
+            _not_erased(target.card_id, target.value)
             content = check_content(command.content, self.policy)
             card = StateCard(
                 card_id=self.new_id(tenant_id, command, "card"), value=content,
@@ -237,6 +242,7 @@ class Palimpsest(IngestCommands, ProposalCommands, BaseApplication):
     def correct(self, tenant_id: str, command: CorrectEvent) -> WriteResult:
         def decide(now: datetime):  # type: ignore[no-untyped-def]
             card = self.load(tenant_id, command.card_id, EventCard, "event card")
+            _not_erased(card.id, card.description)
             card.correct(command.description, command.reason, command.provenance(), now,
                          self.policy, occurred_at=command.occurred_at)
             return [card], WriteResult(outcome="corrected", card_id=card.id, aggregate_id=card.id)
@@ -246,6 +252,7 @@ class Palimpsest(IngestCommands, ProposalCommands, BaseApplication):
     def rename(self, tenant_id: str, command: Rename) -> WriteResult:
         def decide(now: datetime):  # type: ignore[no-untyped-def]
             card = self.load(tenant_id, command.card_id, KnowledgeCard, "knowledge card")
+            _not_erased(card.id, card.title)
             card.rename(check_content(command.title, self.policy, "title"), now)
             return [card], WriteResult(outcome="renamed", card_id=card.id, aggregate_id=card.id)
 
@@ -299,3 +306,9 @@ class Palimpsest(IngestCommands, ProposalCommands, BaseApplication):
                                        aggregate_id=card.id)
 
         return self._execute(tenant_id, command, decide)
+
+
+def _not_erased(card_id: UUID, text: str) -> None:
+    """An erased card is never written again: its id stays a tombstone (write a new card)."""
+    if is_erased(text):
+        raise CardNotFoundError(f"card {card_id} was erased: write a new card instead")

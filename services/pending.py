@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from uuid import UUID
 
 from services.commands import WriteResult
@@ -43,6 +44,19 @@ class PendingWrites:
             return
         with self._lock:
             kept = [w for w in self._writes.get(tenant_id, ()) if w.position > position]
+            if kept:
+                self._writes[tenant_id] = kept
+            else:
+                self._writes.pop(tenant_id, None)
+
+    def forget(self, tenant_id: str, card_ids: Iterable[UUID] | None = None) -> None:
+        """Those cards were erased (``None``: the whole tenant): the overlay shows them no more."""
+        with self._lock:
+            if card_ids is None:
+                self._writes.pop(tenant_id, None)
+                return
+            erased = set(card_ids)
+            kept = [w for w in self._writes.get(tenant_id, ()) if w.candidate.card_id not in erased]
             if kept:
                 self._writes[tenant_id] = kept
             else:

@@ -1,5 +1,8 @@
 """The query side: search (the fused retrieval), facts, history, briefing and the prompt context.
-Everything here reads the read models only, one tenant per transaction, and returns plain data."""
+Everything here reads the read models only, one tenant per transaction, and returns plain data.
+
+An erased card (DESIGN §7) never answers a search or stands in the briefing; ``facts`` and
+``history`` show it as a tombstone (``erased``, no value); ``erasures`` lists the erasures."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from uuid import UUID
 from zoneinfo import ZoneInfo
 
 from psycopg import sql
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 from domain.errors import CardNotFoundError, InvalidCommandError
 from domain.ingestion import IngestStatus
@@ -27,6 +30,8 @@ from services.retrieval.retriever import Retriever
 
 #: The most ingested turns one listing returns.
 MAX_INGESTIONS = 1_000
+#: The most erasures one listing returns.
+MAX_ERASURES = 1_000
 
 _CARD_FIELDS = """card_id, aggregate_id, kind, memory_type, scope, project_id, group_id, subject,
     label, cardinality, content AS value, title, status, owner, due_at, valid_from, valid_to,
@@ -39,7 +44,8 @@ class Fact(BaseModel):
     label: str | None
     cardinality: str | None
     scope: str
-    value: str
+    #: None for a tombstone (``erased``).
+    value: str | None
     valid_from: datetime | None
     valid_to: datetime | None
     recorded_at: datetime
@@ -50,11 +56,15 @@ class Fact(BaseModel):
     #: A commitment's or blocker's status at the asked moment (``overdue`` past its due date).
     status: str | None = None
     due_at: datetime | None = None
+    #: Its text was forgotten (an erasure), and when.
+    erased: bool = False
+    erased_at: datetime | None = None
 
 
 class Version(BaseModel):
     version: int
-    value: str
+    #: None once the card was erased (every version of it: erasure is retroactive).
+    value: str | None
     title: str | None
     status: str | None
     valid_from: datetime | None
@@ -64,6 +74,12 @@ class Version(BaseModel):
     retracted: bool
     verified_at: datetime | None
     change: str
+    erased_at: datetime | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def erased(self) -> bool:
+        return self.erased_at is not None
 
 
 class CardHistory(BaseModel):
@@ -74,6 +90,13 @@ class CardHistory(BaseModel):
     label: str | None
     versions: list[Version]
     edges: list[dict[str, Any]]
+    #: When the card's text was forgotten; its versions, times and edges stay.
+    erased_at: datetime | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def erased(self) -> bool:
+        return self.erased_at is not None
 
 
 class BriefingItem(BaseModel):
@@ -143,7 +166,8 @@ class Queries:
                      scope=r.scope, value=r.content, valid_from=r.valid_from, valid_to=r.valid_to,
                      recorded_at=r.recorded_at, verified_at=r.verified_at, superseded=r.superseded,
                      source=r.source, memory_type=r.memory_type, due_at=r.due_at,
-                     status=reads_as(r.memory_type, r.status, r.due_at, moment))
+                     status=reads_as(r.memory_type, r.status, r.due_at, moment),
+                     erased=r.erased, erased_at=r.erased_at)
                 for r in records if r.kind == "state"]
 
     def history(self, tenant_id: str, ref: str) -> list[CardHistory]:
@@ -153,7 +177,8 @@ class Queries:
         check_text(ref, "ref")
         with self.read.tenant(tenant_id) as conn:
             cards = conn.execute(sql.SQL(
-                "SELECT c.card_id, c.kind, c.memory_type, c.subject, c.label FROM {s}.cards c "
+                "SELECT c.card_id, c.kind, c.memory_type, c.subject, c.label, c.erased_at "
+                "FROM {s}.cards c "
                 "WHERE " + _match(ref) + " ORDER BY c.recorded_at, c.card_id").format(s=self.s),
                 _ref_params(ref)).fetchall()
             if not cards:
@@ -162,7 +187,8 @@ class Queries:
             versions = conn.execute(sql.SQL(
                 "SELECT card_id, version, content AS value, title, status, lower(valid) AS valid_from,"
                 " upper(valid) AS valid_to, " + KNOWN_BOUNDS + ", "
-                "retracted, verified_at FROM {s}.card_versions WHERE card_id = ANY(%s::uuid[]) "
+                "retracted, verified_at, erased_at FROM {s}.card_versions "
+                "WHERE card_id = ANY(%s::uuid[]) "
                 "ORDER BY card_id, version").format(s=self.s), (ids,)).fetchall()
             edges = conn.execute(sql.SQL(
                 "SELECT src_id, dst_id, edge, recorded_at FROM {s}.card_relations "
@@ -239,6 +265,15 @@ class Queries:
         zero included): what ``status`` shows."""
         counts = self.read.ingest_counts(tenant_id)
         return {s.value: counts.get(s.value, 0) for s in IngestStatus}
+
+    def erasures(self, tenant_id: str, limit: int = 50) -> list[dict[str, Any]]:
+        """The tenant's erasures, the newest first, at most ``limit`` (1–1000): ``erasure_id``,
+        ``unit``, ``target`` (an id, never a name), ``basis``, ``requested_by``, ``erased_at``,
+        ``keys_destroyed`` and ``cards`` (how many became tombstones). The reason is sealed in the
+        log with the tenant's key, never in a read model."""
+        if not 1 <= limit <= MAX_ERASURES:
+            raise InvalidCommandError(f"limit must lie in 1..{MAX_ERASURES}, got {limit}")
+        return self.read.erasures(tenant_id, limit)
 
     def proposals(self, tenant_id: str, review: str | None = None,
                   limit: int = 100) -> list[ProposalRecord]:

@@ -2,6 +2,9 @@
 
 Row-level security does the isolation: each transaction sets ``palimpsest.tenant`` from the
 caller's identity and the database shows nothing else.
+
+An erased card (DESIGN §7) is listed as a tombstone: ``erased`` true, ``erased_at`` the erasure's
+time, no content or title; its id, kind, times and edges stay.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 from domain.values import check_tenant
 from infra.postgres import Database
@@ -35,7 +38,8 @@ class CardRecord(BaseModel):
     scope: str
     subject: str | None
     label: str | None
-    content: str
+    #: None for a tombstone (its text was erased).
+    content: str | None
     title: str | None
     valid_from: datetime | None
     valid_to: datetime | None
@@ -49,6 +53,14 @@ class CardRecord(BaseModel):
     verified_at: datetime | None = None
     due_at: datetime | None = None
     owner: str | None = None
+    #: When its text was forgotten (an erasure); None while it holds its text.
+    erased_at: datetime | None = None
+
+    @computed_field  # type: ignore[prop-decorator]
+    @property
+    def erased(self) -> bool:
+        """A tombstone: the card was erased; that it was known, and when, is all that is left."""
+        return self.erased_at is not None
 
 
 class IngestionRecord(BaseModel):
@@ -93,7 +105,7 @@ class Freshness(BaseModel):
 _CARD = """c.card_id, c.aggregate_id, c.kind, c.memory_type, c.scope, c.subject, c.label,
     {content} AS content, {title} AS title, c.valid_from, {valid_to} AS valid_to, c.occurred_at,
     c.recorded_at, c.retracted_at, {status} AS status, c.source, c.cardinality,
-    {verified} AS verified_at, c.due_at, c.owner"""
+    {verified} AS verified_at, c.due_at, c.owner, c.erased_at"""
 
 
 #: A version's known-time bounds, as ``known_from`` and ``known_to``. A version replaced at the
@@ -167,8 +179,8 @@ class ReadModels:
         query = sql.SQL(
             "SELECT version, content, title, status, lower(valid) AS valid_from, "
             "upper(valid) AS valid_to, " + KNOWN_BOUNDS + ", "
-            "retracted FROM {s}.card_versions WHERE card_id = %s ORDER BY version").format(
-            s=self.schema)
+            "retracted, erased_at, erased_at IS NOT NULL AS erased FROM {s}.card_versions "
+            "WHERE card_id = %s ORDER BY version").format(s=self.schema)
         with self.tenant(tenant_id) as conn:
             return conn.execute(query, (card_id,)).fetchall()
 
@@ -187,6 +199,15 @@ class ReadModels:
             s=self.schema)
         with self.tenant(tenant_id) as conn:
             return {row["status"]: int(row["n"]) for row in conn.execute(query).fetchall()}
+
+    def erasures(self, tenant_id: str, limit: int) -> list[dict[str, Any]]:
+        """The tenant's erasures, the newest first (``erasures``: no reason, no personal text)."""
+        query = sql.SQL(
+            "SELECT erasure_id, unit, target, basis, requested_by, erased_at, keys_destroyed, "
+            "cards FROM {s}.erasures ORDER BY erased_at DESC, position DESC LIMIT %s").format(
+            s=self.schema)
+        with self.tenant(tenant_id) as conn:
+            return conn.execute(query, (limit,)).fetchall()
 
     def projected(self, tenant_id: str) -> int:
         with self.tenant(tenant_id) as conn:
@@ -270,7 +291,8 @@ class ProposalRecord(BaseModel):
     dst_id: UUID
     #: What accepting it does: merge, related_to, contradicts, supersedes or updates.
     edge: str
-    rationale: str
+    #: Why it was proposed; None once erased (with one of its cards).
+    rationale: str | None
     score: float
     proposed_at: datetime
     #: accepted | rejected; None while pending.

@@ -10,6 +10,9 @@ One call each: "knowledge cards created this month" (``kinds=["knowledge"],
 recorded_during="this month"``, in ``time_zone``), "cards per agent" (``group_by="agent_id"``),
 "agent-inferred facts under 0.6" (``memory_types=["fact"], sources=["agent_inferred"],
 confidence_below=0.6``), "what contradicts JWT" (``related_concept="JWT", edge="contradicts"``).
+
+An erased card is listed as a tombstone: ``erased`` true, ``erased_at`` set, no content, title or
+tags (DESIGN §7); a filter on its text (tags, a concept) no longer finds it.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """A Hypothesis state machine over the whole write-to-read path, on the embedded PostgreSQL and
 the embedded Kafka broker, neither mocked (RELIABILITY §Whole system).
 
-Writes go through the commands (remember, revise, verify, arbitrate, commitment moves); the relay
+Writes go through the commands (remember, revise, verify, arbitrate, commitment moves, and
+erasures of a card or a slot, whose keys are destroyed: the events written before them then read
+as erased wherever they are decoded — the consumer lagging behind, the fold, a rebuild); the relay
 publishes the log to Kafka; a consumer hands each message's events to the incremental
 :class:`~projections.projector.Projector`, the code the Faust agent runs. Faults between the
 steps: a projection that crashes mid-batch, a projector and consumer restarted from nothing, the
@@ -13,8 +15,10 @@ The model is a plain-Python fold of the log (:func:`projections.fold.fold` into 
 :class:`~projections.sinks.MemorySink`). Once the projection has caught up, every table of the
 read models equals the fold row for row, ``current`` and ``as_of`` answer what a Python reading of
 the fold's versions says (on both timelines, at moments drawn at random), and the current values
-equal the aggregates' own. A rebuild equals the live read models; one as known at a moment equals
-the fold of the events recorded by then.
+equal the aggregates' own (an erased value as no value). The fold decodes the log as it is now,
+after the erasures: the live read models, projected while the texts still opened and then
+tombstoned, must equal it. A rebuild equals the live read models; one as known at a moment equals
+the fold of the events recorded by then (and the tombstones of the erasures recorded since).
 
 ``SystemMachine.strict`` off (the soak): a divergence is counted and described, and the run goes
 on; on (the test), it fails the example."""
@@ -38,7 +42,8 @@ from kafka.errors import KafkaError
 from psycopg import sql
 from psycopg.types.range import Range
 
-from domain.errors import InvalidTransitionError
+from domain.erased import is_erased
+from domain.errors import CardNotFoundError, InvalidTransitionError
 from domain.slot import Slot
 from infra.broker import EmbeddedBroker, wait_for_kafka
 from infra.broker_folder import start_in_folder
@@ -50,7 +55,7 @@ from infra.topics import ensure_topic
 from projections.fold import fold
 from projections.projector import ProjectionError, ProjectionUnavailableError, decode
 from projections.replay import make_projector, read_log, rebuild
-from services.commands import Arbitrate, Move, Remember, Revise, Verify
+from services.commands import Arbitrate, Erase, Move, Remember, Revise, Verify
 from services.factory import create_app
 from services.readmodels import ReadModels
 from tests.support import Clock, new_tenant, state
@@ -58,7 +63,8 @@ from tests.support import Clock, new_tenant, state
 LABELS = ("address", "skills", "job_title")
 VALUES = ("Taipei", "Kyoto", "Kaohsiung", "Python", "Rust")
 #: The tables the fold and the read models are compared on (card_terms is SQL's own, from cards).
-TABLES = ("nodes", "slots", "cards", "card_versions", "card_relations", "arbitration_queue")
+TABLES = ("nodes", "slots", "cards", "card_versions", "card_relations", "arbitration_queue",
+          "erasures")
 
 
 @dataclass
@@ -77,6 +83,8 @@ class Env:
     divergences: list[str] = field(default_factory=list)
     kills: int = 0
     rebuilds: int = 0
+    #: Erasures carried out (their keys destroyed).
+    erasures: int = 0
     #: Comparisons made: read models with the fold, as-of answers, rebuilds.
     checks: int = 0
 
@@ -200,7 +208,8 @@ class SystemMachine(RuleBasedStateMachine):
         #: The log before this example holds no event of its tenant.
         self.first = (self.app.recorder.max_notification_id() or 0) + 1
         self._connect()
-        self.slots: set[UUID] = set()
+        #: In the order written: ids are random per run, so a replayed example must not sort by them.
+        self.slots: dict[UUID, None] = {}
         self.commitments: list[UUID] = []
         self.cases: list[UUID] = []
         self.projected = False
@@ -254,7 +263,7 @@ class SystemMachine(RuleBasedStateMachine):
         turn = {"session_id": "s", "turn_id": "t"} if same_turn else {}
         result = self.app.remember(self.tenant, state(
             label, value, valid_from=self.clock.now - timedelta(days=back_days), **turn))
-        self.slots.add(result.aggregate_id)  # type: ignore[arg-type]
+        self.slots[result.aggregate_id] = None  # type: ignore[index]
         if result.case_id and result.case_id not in self.cases:
             self.cases.append(result.case_id)
         self._step()
@@ -262,7 +271,7 @@ class SystemMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.slots))
     @rule(data=st.data(), value=st.sampled_from(VALUES))
     def revise(self, data: st.DataObject, value: str) -> None:
-        slot_id = data.draw(st.sampled_from(sorted(self.slots)))
+        slot_id = data.draw(st.sampled_from(list(self.slots)))
         slot = self.app.load(self.tenant, slot_id, Slot)
         if slot.current_cards:
             card = data.draw(st.sampled_from(slot.current_cards))
@@ -288,7 +297,7 @@ class SystemMachine(RuleBasedStateMachine):
     @precondition(lambda self: bool(self.slots))
     @rule(data=st.data())
     def verify(self, data: st.DataObject) -> None:
-        slot_id = data.draw(st.sampled_from(sorted(self.slots)))
+        slot_id = data.draw(st.sampled_from(list(self.slots)))
         slot = self.app.load(self.tenant, slot_id, Slot)
         if slot.current_cards:
             card = data.draw(st.sampled_from(slot.current_cards))
@@ -309,6 +318,24 @@ class SystemMachine(RuleBasedStateMachine):
         card_id = data.draw(st.sampled_from(self.commitments))
         with contextlib.suppress(InvalidTransitionError):  # a move its state does not allow
             self.app.move(self.tenant, Move(card_id=card_id, to=to))
+        self._step()
+
+    @precondition(lambda self: bool(self.slots) or bool(self.commitments))
+    @rule(data=st.data(), whole_slot=st.booleans())
+    def erase(self, data: st.DataObject, whole_slot: bool) -> None:
+        """Forget a card (of a slot, or a commitment) or a whole slot, written earlier."""
+        slots = list(self.slots)
+        if whole_slot and slots:
+            command = Erase(unit="slot", slot_id=data.draw(st.sampled_from(slots)))
+        else:
+            cards = [c.card_id for slot_id in slots
+                     for c in self.app.load(self.tenant, slot_id, Slot).cards.values()]
+            # in the order written (ids are random: sorted by them, a replayed example would
+            # draw another card)
+            command = Erase(unit="card", card_id=data.draw(st.sampled_from(cards + self.commitments)))
+        with contextlib.suppress(CardNotFoundError):  # a continuation of an erased card: no key
+            self.app.erase(self.tenant, command.model_copy(update={"requested_by": "machine"}))
+            self.env.erasures += 1
         self._step()
 
     # -- faults --
@@ -428,7 +455,8 @@ class SystemMachine(RuleBasedStateMachine):
             self._diverged(f"current differs from the fold: {current ^ current_in(folded, self.tenant)}")
         values = {(c.aggregate_id, c.content) for c in self.reads.current(self.tenant)
                   if c.aggregate_id in self.slots}
-        expected = {(slot_id, card.value) for slot_id in self.slots
+        expected = {(slot_id, None if is_erased(card.value) else card.value)
+                    for slot_id in self.slots
                     for card in self.app.load(self.tenant, slot_id, Slot).current_cards}
         if values != expected:
             self._diverged(f"current slot values differ from the aggregates: {values ^ expected}")

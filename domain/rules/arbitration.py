@@ -19,6 +19,7 @@ from enum import Enum
 from uuid import UUID
 
 from domain.cards import StateCard, same_value
+from domain.erased import is_erased
 from domain.errors import CardNotFoundError, InvalidCommandError
 from domain.policy import Policy
 from domain.values import Provenance
@@ -105,10 +106,15 @@ def accepted(
     if decision is Decision.KEEP_OLD:
         return ()
     if decision is Decision.ACCEPT_NEW:
-        latest = {(card.item_key if by_item else None): card for card in proposals}.values()
+        latest = {_item(card) if by_item else None: card for card in proposals}.values()
         return tuple(card for card in proposals if card in latest)
     earliest: list[StateCard] = []
     for card in sorted(proposals, key=lambda c: c.valid_from):
         if not any(same_value(card.value, kept.value) for kept in earliest):
             earliest.append(card)
     return tuple(card for card in proposals if card in earliest)
+
+
+def _item(card: StateCard) -> object:
+    """The item a card of a multi-value slot is of: its key; an erased key is an item of its own."""
+    return card.card_id if is_erased(card.item_key) else card.item_key

@@ -26,12 +26,14 @@ from domain.errors import InvalidCommandError, PalimpsestError, PayloadTooLargeE
 from services.bootstrap import Services
 from services.commands import WriteResult
 from services.entrypoints import schemas as s
+from services.entrypoints.api_erasure import erasure_routes
 from services.entrypoints.api_ingest import ingest_routes, review_routes
 from services.entrypoints.errors import answer
 from services.entrypoints.metrics import ApiMetrics, Timing
 from services.entrypoints.operations import OPERATIONS
 from services.entrypoints.params import CardId, IdempotencyKey, Key, KnownAt, MinPosition, ValidAt
 from services.entrypoints.readiness import readiness
+from services.keys import Principal
 from services.slicing import CardCounts, CardPage, CardSlice
 
 log = logging.getLogger(__name__)
@@ -126,6 +128,14 @@ def create_api(services: Services, *, mcp_app: Any = None) -> FastAPI:
         metrics.observe_operation(name, output)
         return output
 
+    def authorized(name: str, key: HTTPAuthorizationCredentials | None,
+                   payload: Any) -> tuple[Principal, Any]:
+        """What ``call`` checks, in its order, without running the use case (a stream runs it)."""
+        operation = OPERATIONS[name]
+        data = operation.parse(services, payload)
+        principal = services.keys.authenticate(key.credentials if key else None)
+        return principal, operation.authorize(services, principal, data)
+
     def write(name: str, key: HTTPAuthorizationCredentials | None, body: BaseModel,
               idempotency: str | None, **path: Any) -> Any:
         fields = body.model_dump(exclude_unset=True)
@@ -138,6 +148,7 @@ def create_api(services: Services, *, mcp_app: Any = None) -> FastAPI:
 
     _handle_errors(api)
     _routes(api, call, write)
+    erasure_routes(api, call, write, authorized, services, "/v1")
     _probes(api, services, metrics)
     api.add_middleware(Timing, metrics=metrics)
     if mcp_app is not None:

@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from domain import errors as e
 from infra.embedders import EmbeddingError, EmbeddingUnavailableError
+from infra.keyring import MasterKeyError, MissingKeyError
 from infra.llm import LLMError
 from infra.locale_check import UnsupportedLocaleError
 from projections.bulk import RowsRefusedError
@@ -76,6 +77,8 @@ STATUS: dict[type[e.PalimpsestError], tuple[int, str]] = {
     RowsRefusedError: (500, "rows_refused"),
     LLMError: (503, "llm_unavailable"),
     ExtractionFailed: (503, "extraction_failed"),
+    MissingKeyError: (500, "key_missing"),
+    MasterKeyError: (500, "master_key_refused"),
 }
 
 

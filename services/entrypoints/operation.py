@@ -32,6 +32,9 @@ class Operation(Generic[I, O]):
     read_only: bool = False
     destructive: bool = False
     idempotent: bool = False
+    #: The scope a given input needs, when it depends on the input (a tenant-wide erasure needs
+    #: ``memory:erase``); ``scope`` otherwise.
+    scope_of: Callable[[I], str] | None = None
 
     def parse(self, services: Services, payload: I | Mapping[str, Any]) -> I:
         """The input, validated and within the size limits: no database work."""
@@ -40,14 +43,19 @@ class Operation(Generic[I, O]):
         return data
 
     def run(self, services: Services, principal: Principal, payload: I | Mapping[str, Any]) -> O:
-        require(principal, self.scope)
+        return self.handler(services, principal, self.authorize(services, principal, payload))
+
+    def authorize(self, services: Services, principal: Principal,
+                  payload: I | Mapping[str, Any]) -> I:
+        """The input, once the key holds the scope it needs and names no other tenant (an edge
+        that answers in its own way, a stream, calls this and then its use case)."""
         data = self.parse(services, payload)
+        require(principal, self.scope_of(data) if self.scope_of else self.scope)
         named = getattr(data, "tenant_id", None)
         if named is not None and named != principal.tenant_id:
             raise PermissionDeniedError("the tenant comes from the key: this key is not "
                                         f"{named!r}'s")
-        return self.handler(services, principal, data)
-
+        return data
 
 
 def check_limits(services: Services, data: BaseModel) -> None:

@@ -33,8 +33,10 @@ from services.commands import (
 )
 from services.context import render
 from services.entrypoints import schemas as s
+from services.entrypoints.erasure_ops import ERASURE_OPERATIONS
 from services.entrypoints.ingest_ops import INGEST_OPERATIONS
 from services.entrypoints.operation import Operation, fresh
+from services.entrypoints.retention_ops import RETENTION_OPERATIONS
 from services.entrypoints.review_ops import REVIEW_OPERATIONS
 from services.ingest.extraction import extraction_off_reason
 from services.keys import Principal
@@ -299,5 +301,7 @@ OPERATIONS: dict[str, Operation[Any, Any]] = _table(
               CardCounts, READ, count_cards, read_only=True, idempotent=True),
     *INGEST_OPERATIONS,
     *REVIEW_OPERATIONS,
+    *ERASURE_OPERATIONS,
+    *RETENTION_OPERATIONS,
 )
 

@@ -11,6 +11,9 @@ On the embedded default one command starts, in this order:
   set), the relay and ingest relay threads, the Faust projector as a child process with its
   embedding thread, and — when an LLM is configured — the extraction worker as a child process;
 * the consolidation scans, a thread (advisory: they only record proposals);
+* the retention runs, a thread: each ``retention_interval_seconds`` every tenant's retention
+  policy erases the raw conversation turns older than it keeps (a tenant without one keeps every
+  turn);
 * the HTTP server: uvicorn in a thread of this process, REST under ``/v1`` and MCP over
   streamable HTTP at ``/mcp``.
 
@@ -223,6 +226,7 @@ class Service:
             self.pipeline = Pipeline(self.settings, self.shutdown, self.services.app.recorder)
             self._started.append(self.pipeline.close)
             self._start_consolidation()
+            self._start_retention()
             key_id, secret = default_key(self.services.keys) if self.make_key else (None, None)
             self.shutdown.on_stop(self.http.request_stop)
             self.http.start()
@@ -244,6 +248,19 @@ class Service:
                                       self.services.monitor, self.settings, self.shutdown.stop)
         worker.start()
         # a scan under way is left (the thread is a daemon): it only records proposals, each once
+        self._started.append(lambda: worker.stop(timeout=1.0))
+
+    def _start_retention(self) -> None:
+        """The tenants' retention policies (``services.retention``), applied by a thread of this
+        process, reading the read models as the runtime role; always started."""
+        from services.retention import RetentionWorker
+
+        worker = RetentionWorker(self.services.app, self.services.queries.read,
+                                 self.settings.retention_interval_seconds,
+                                 self.settings.retention_batch, stop=self.shutdown.stop)
+        worker.start()
+        # a run under way stops before its next turn; one cut off is idempotent (a request id
+        # per turn): the next start's run erases what it left
         self._started.append(lambda: worker.stop(timeout=1.0))
 
     def _leave(self) -> None:

@@ -73,13 +73,15 @@ class NoCatalogue(Catalogue):
 
 _SLOTS = """SELECT s.subject, s.label, s.cardinality,
     coalesce((SELECT array_agg(c.content ORDER BY c.valid_from DESC, c.card_id)
-              FROM {s}.cards c WHERE c.aggregate_id = s.slot_id AND c.kind = 'state' AND {current}),
+              FROM {s}.cards c WHERE c.aggregate_id = s.slot_id AND c.kind = 'state' AND {current}
+                AND c.erased_at IS NULL),
              '{{}}') AS values
-FROM {s}.slots s WHERE s.scope = 'personal' ORDER BY s.subject, s.label"""
+FROM {s}.slots s WHERE s.scope = 'personal' AND s.erased_at IS NULL
+ORDER BY s.subject, s.label"""
 
 _PREVIOUS = """SELECT i.role, i.said_at, c.content AS text FROM {s}.ingestions i
 JOIN {s}.cards c ON c.card_id = i.event_card_id
-WHERE i.session_id = %(session)s AND i.said_at < %(said_at)s
+WHERE i.session_id = %(session)s AND i.said_at < %(said_at)s AND c.erased_at IS NULL
 ORDER BY i.said_at DESC, i.turn_id DESC LIMIT %(limit)s"""
 
 

@@ -1,6 +1,7 @@
 """Loading what the routes found, in two statements: the card as the query sees it (the current row,
 or for an as-of query the version known then) with its ``contradicts`` edges; and the pending
-arbitration cases of the returned cards' slots."""
+arbitration cases of the returned cards' slots. A tombstone (an erased card) is never loaded, so
+no route's find of one reaches an answer; a case shows no erased value."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
-from projections.predicates import CURRENT, SUPERSEDED_AS_OF, VERSION_AS_OF
+from projections.predicates import CURRENT, NOT_ERASED, SUPERSEDED_AS_OF, VERSION_AS_OF
 from services.retrieval.query import RetrievalQuery, RouteContext, parameters
 from services.retrieval.results import ArbitrationAlert
 from services.retrieval.scoring import Candidate
@@ -25,7 +26,7 @@ _FIELDS = """c.card_id, c.aggregate_id, c.kind, c.memory_type, c.scope, c.projec
 _CURRENT = "SELECT " + _FIELDS.format(
     value="c.content", title="c.title", status="c.status", valid_to="c.valid_to",
     verified="c.verified_at", superseded=f"NOT ({CURRENT})",
-) + " FROM {s}.cards c WHERE c.card_id = ANY(%(ids)s::uuid[])"
+) + " FROM {s}.cards c WHERE c.card_id = ANY(%(ids)s::uuid[]) AND " + NOT_ERASED
 
 #: The version each route saw (``projections.predicates.VERSION_AS_OF``): a card the routes found
 #: has exactly one.
@@ -33,7 +34,7 @@ _AS_OF = "SELECT " + _FIELDS.format(
     value="v.content", title="v.title", status="v.status", valid_to="upper(v.valid)",
     verified="v.verified_at", superseded=SUPERSEDED_AS_OF,
 ) + """ FROM {s}.cards c JOIN {s}.card_versions v ON """ + VERSION_AS_OF + """
-    WHERE c.card_id = ANY(%(ids)s::uuid[])"""
+    WHERE c.card_id = ANY(%(ids)s::uuid[]) AND """ + NOT_ERASED
 
 
 #: Both directions of every ``contradicts`` edge that touches a loaded card, in one statement.
@@ -93,9 +94,11 @@ def alert_partners(conn: psycopg.Connection[Any], ctx: RouteContext, chosen: Col
     return [card_id for card_id in others if card_id in found]
 
 
-_ARBITRATIONS = """SELECT case_id, slot_id, subject, label, current_values, proposed_value, reason,
+_ARBITRATIONS = """SELECT case_id, slot_id, subject, label,
+    array_remove(current_values, NULL) AS current_values, proposed_value, reason,
     opened_at FROM {s}.arbitration_queue
 WHERE slot_id = ANY(%(slots)s::uuid[]) AND opened_at <= %(known_at)s::timestamptz
+  AND proposed_value IS NOT NULL AND subject IS NOT NULL AND label IS NOT NULL
   AND (decided_at IS NULL OR decided_at > %(known_at)s::timestamptz)
 ORDER BY opened_at, case_id"""
 

@@ -34,7 +34,8 @@ from services.retrieval.query import Hits, RetrievalQuery, RouteContext, paramet
 from services.retrieval.scoring import Ranking
 
 _CATALOGUE = """SELECT slot_id, scope, project_id, group_id, subject, label, cardinality
-FROM {s}.slots s WHERE {scope}"""
+FROM {s}.slots s WHERE s.erased_at IS NULL AND s.subject IS NOT NULL AND s.label IS NOT NULL
+  AND {scope}"""
 
 #: The valid cards of the named slots, the newest first: up to ``items`` of each slot that leads
 #: (every item of a multi-value slot, as far as an answer shows them), ``few`` of each that only

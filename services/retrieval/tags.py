@@ -72,7 +72,8 @@ _MENTION = """
     UNION ALL SELECT c.card_id, {unit}, c.recorded_at FROM {s}.cards c
     WHERE c.bigrams @> {pairs}::text[] AND {seen}"""
 
-_TOTAL = "SELECT count(*) AS n FROM {s}.cards c WHERE c.retracted_at IS NULL AND c.valid_to IS NULL"
+_TOTAL = ("SELECT count(*) AS n FROM {s}.cards c WHERE c.retracted_at IS NULL AND c.valid_to IS NULL "
+          "AND c.erased_at IS NULL")
 
 #: Terms of a query beyond this many are not matched (the first ones are).
 MAX_TERMS = 32
@@ -156,7 +157,9 @@ class TagsRoute(PlainRoute):
             return Hits([], "no terms in the query")
         pairs = {f"pairs{unit}": list(cjk_bigrams(name)) for unit, name in enumerate(names)
                  if name in {n for subject in named for n in subject_terms(subject)}}
-        seen = (sql.SQL("true") if query.as_of else predicates.current()) + sql.SQL(" AND ") + scope_of("c")
+        seen = (predicates.not_erased() + sql.SQL(" AND ")
+                + (sql.SQL("true") if query.as_of else predicates.current())
+                + sql.SQL(" AND ") + scope_of("c"))
         mentions = sql.SQL("").join(
             sql.SQL(_MENTION).format(unit=sql.Literal(int(key[5:])), s=ctx.s, pairs=sql.Placeholder(key),
                                      seen=seen) for key in pairs)

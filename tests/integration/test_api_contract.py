@@ -4,6 +4,7 @@ against the embedded PostgreSQL, through the HTTP app."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -105,6 +106,28 @@ def _ingested(world: World, response: Any) -> None:
     assert [t["replayed"] for t in answer["turns"]] == [False, False]
     assert answer["extraction"]["on"] is False and "PALIMPSEST_LLM_BASE_URL" in answer["extraction"]["note"]
 
+def _erased(*cards: str, unit: str = "card") -> Callable[[World, Any], None]:
+    def check(world: World, response: Any) -> None:
+        answer = ok(response, 202)
+        assert answer["unit"] == unit and answer["position"] > world.queued["position"]
+        expected = {world.state["card_id"], *(getattr(world, c)["card_id"] for c in cards)}
+        assert expected <= set(answer["card_ids"]), answer
+    return check
+
+
+def _exported(world: World, response: Any) -> None:
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"].startswith("application/x-ndjson")
+    ids = {json.loads(line)["card_id"] for line in response.text.splitlines()}
+    assert {world.state["card_id"], world.event["card_id"], world.knowledge["card_id"]} <= ids
+
+
+def _retention_set(world: World, response: Any) -> None:
+    answer = ok(response)
+    assert (answer["turn_days"], answer["extracted"]) == (30, True)
+    assert answer["position"] > world.queued["position"] and answer["replayed"] is False
+
+
 ENDPOINTS = [
     Endpoint("remember", "POST", lambda w: "/v1/memories", "memory:write", _expect("remembered"),
              body=lambda w: address("Lisbon", label="home_town"), text=("content",)),
@@ -179,8 +202,26 @@ ENDPOINTS = [
                                 review="rejected"),
              body=lambda w: {"reviews": [{"proposal_id": w.proposal["proposal_id"],
                                           "decision": "reject", "note": "two different cards"}]}),
+    Endpoint("forget card", "DELETE", lambda w: f"/v1/cards/{w.state['card_id']}",
+             "memory:write", _erased(), names_id=True, operation="forget"),
+    Endpoint("forget", "POST", lambda w: "/v1/erasures", "memory:write",
+             _erased("queued", unit="slot"),
+             body=lambda w: {"unit": "slot", "subject": "user", "label": "address",
+                             "basis": "gdpr-17", "reason": "asked"}),
+    Endpoint("forget tenant", "POST", lambda w: "/v1/erasures", "memory:erase",
+             _erased("event", "knowledge", "commitment", unit="tenant"),
+             body=lambda w: {"unit": "tenant", "reason": "offboarding"}, operation="forget"),
+    Endpoint("erasures", "GET", lambda w: "/v1/erasures", "memory:read",
+             lambda w, r: _same(ok(r), erasures=[])),
+    Endpoint("export", "GET", lambda w: "/v1/export", "memory:read", _exported),
+    Endpoint("set_retention", "PUT", lambda w: "/v1/retention", "memory:erase", _retention_set,
+             body=lambda w: {"turn_days": 30, "extracted": True}),
+    Endpoint("retention", "GET", lambda w: "/v1/retention", "memory:read",
+             lambda w, r: _same(ok(r), turn_days=None, extracted=False)),
 ]
 MISSING = str(uuid4())
+#: The methods whose requests carry a body.
+WITH_BODY = ("POST", "PUT")
 NAMES = [e.name for e in ENDPOINTS]
 
 
@@ -250,7 +291,8 @@ def test_a_revoked_key_is_refused_at_once(endpoint: Endpoint, client: TestClient
 
 
 _WRONG = {"memory:read": ("memory:write",), "memory:write": ("memory:read",),
-          "memory:admin": ("memory:read", "memory:write")}
+          "memory:admin": ("memory:read", "memory:write"),
+          "memory:erase": ("memory:read", "memory:write", "memory:admin")}
 
 
 @pytest.mark.parametrize("endpoint", ENDPOINTS, ids=NAMES)
@@ -260,7 +302,7 @@ def test_a_key_without_the_scope_is_403(endpoint: Endpoint, client: TestClient,
     _refused(_send(client, endpoint, world, headers), 403, "permission_denied")
 
 
-@pytest.mark.parametrize("endpoint", [e for e in ENDPOINTS if e.body and e.method == "POST"],
+@pytest.mark.parametrize("endpoint", [e for e in ENDPOINTS if e.body and e.method in WITH_BODY],
                          ids=lambda e: e.name)
 def test_a_body_naming_another_tenant_is_403(endpoint: Endpoint, client: TestClient,
                                              world: World) -> None:
@@ -296,7 +338,7 @@ def _head(services: Services) -> int:
     return services.app.recorder.max_notification_id() or 0
 
 
-@pytest.mark.parametrize("endpoint", [e for e in ENDPOINTS if e.method == "POST"],
+@pytest.mark.parametrize("endpoint", [e for e in ENDPOINTS if e.method in WITH_BODY],
                          ids=lambda e: e.name)
 def test_an_oversized_body_is_413_before_the_key_is_looked_up(
         endpoint: Endpoint, client: TestClient, services: Services, world: World) -> None:

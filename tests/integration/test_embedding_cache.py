@@ -1,5 +1,6 @@
 """The embedding cache on the embedded PostgreSQL (pgvector): hits skip the embedder, only misses are
-computed, and the runtime role can read and add entries but not change them."""
+computed, entries are a tenant's own (keyed by an HMAC under the tenant's key), the runtime role
+can read and add entries but not change them, and the projector's role can delete them."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from psycopg import sql
 from infra.embedders import (
     CACHE_TABLE,
     CachedEmbedder,
+    CacheKeys,
     Embedder,
     EmbeddingError,
     OpenAIEmbedder,
@@ -21,7 +23,8 @@ from infra.embedders import (
     create_embedder,
     ensure_cache_table,
 )
-from infra.postgres import Database
+from infra.keyring import MemoryKeyRing
+from infra.postgres import Database, projector_database
 from infra.settings import Settings
 from tests.fakes.openai_server import FakeOpenAIServer
 from tests.support import new_tenant
@@ -74,7 +77,7 @@ def texts(*words: str) -> list[str]:
 def test_second_embed_of_the_same_texts_makes_no_call(
     cache_schema: str, runtime_db: Database, counting: Counting, server: FakeOpenAIServer
 ) -> None:
-    cached = CachedEmbedder(counting, runtime_db.connect, schema=cache_schema)
+    cached = CachedEmbedder(counting, runtime_db.connect, schema=cache_schema).for_tenant(new_tenant())
     batch = texts("Taipei", "Kyoto", "高雄")
 
     first = cached.embed(batch)
@@ -88,7 +91,7 @@ def test_second_embed_of_the_same_texts_makes_no_call(
 def test_mixed_hits_and_misses_compute_only_the_misses(
     cache_schema: str, runtime_db: Database, counting: Counting
 ) -> None:
-    cached = CachedEmbedder(counting, runtime_db.connect, schema=cache_schema)
+    cached = CachedEmbedder(counting, runtime_db.connect, schema=cache_schema).for_tenant(new_tenant())
     known_a, known_b, new_a, new_b = texts("known a", "known b", "new a", "new b")
     warm = cached.embed([known_a, known_b])
 
@@ -100,20 +103,26 @@ def test_mixed_hits_and_misses_compute_only_the_misses(
     assert len(counting.calls) == 2
 
 
-def test_the_cache_stores_hashes_not_text(
+def test_the_cache_stores_keyed_hashes_per_tenant_not_text(
     cache_schema: str, admin_db: Database, runtime_db: Database, counting: Counting
 ) -> None:
     secret = texts("my private address is 12 Secret Lane")[0]
-    CachedEmbedder(counting, runtime_db.connect, schema=cache_schema).embed([secret])
+    keys = CacheKeys(MemoryKeyRing(b"k" * 32))
+    cache = CachedEmbedder(counting, runtime_db.connect, schema=cache_schema, keys=keys)
+    mine, theirs = new_tenant(), new_tenant()
+    assert cache.for_tenant(mine).embed([secret]) == cache.for_tenant(theirs).embed([secret])
+    assert len(counting.calls) == 2, "another tenant's entry is never a hit"
     with admin_db.connect() as conn:
         rows = conn.execute(
-            sql.SQL("SELECT model, content_hash, created_at, embedding::text FROM {} WHERE model = %s")
+            sql.SQL("SELECT tenant_id, model, content_hash, created_at, embedding::text FROM {} "
+                    "WHERE model = %s ORDER BY tenant_id = %s DESC")
             .format(sql.Identifier(cache_schema, CACHE_TABLE)),
-            (counting.model,),
+            (counting.model, mine),
         ).fetchall()
-    assert len(rows) == 1
-    model, digest, created_at, _ = rows[0]
-    assert model == counting.model and bytes(digest) == content_hash(secret) and created_at is not None
+    assert [row[0] for row in rows] == [mine, theirs]
+    tenant, model, digest, created_at, _ = rows[0]
+    assert model == counting.model and bytes(digest) == keys.digest(mine, secret) and created_at
+    assert bytes(digest) not in (content_hash(secret), bytes(rows[1][2])), "keyed, per tenant"
     assert "Secret Lane" not in repr(rows)
     with admin_db.connect() as conn:
         columns = conn.execute(
@@ -122,15 +131,16 @@ def test_the_cache_stores_hashes_not_text(
             (cache_schema, CACHE_TABLE),
         ).fetchall()
     assert columns == [
-        ("model", "text"), ("content_hash", "bytea"), ("embedding", "USER-DEFINED"),
-        ("created_at", "timestamp with time zone"),
+        ("tenant_id", "text"), ("model", "text"), ("content_hash", "bytea"),
+        ("embedding", "USER-DEFINED"), ("created_at", "timestamp with time zone"),
     ]
 
 
 def test_runtime_role_may_read_and_insert_but_not_change(
     cache_schema: str, runtime_db: Database, counting: Counting
 ) -> None:
-    CachedEmbedder(counting, runtime_db.connect, schema=cache_schema).embed(texts("entry"))
+    CachedEmbedder(counting, runtime_db.connect, schema=cache_schema).for_tenant(
+        new_tenant()).embed(texts("entry"))
     table = sql.Identifier(cache_schema, CACHE_TABLE)
     with runtime_db.connect() as conn:
         assert conn.execute(sql.SQL("SELECT count(*) FROM {}").format(table)).fetchone()[0] >= 1  # type: ignore[index]
@@ -140,10 +150,22 @@ def test_runtime_role_may_read_and_insert_but_not_change(
             conn.rollback()
 
 
+def test_the_projector_role_deletes_what_an_erasure_forgets(
+    cache_schema: str, admin_db: Database, pg_settings: Settings, counting: Counting
+) -> None:
+    connect = projector_database(admin_db, pg_settings).connect
+    cache = CachedEmbedder(counting, connect, schema=cache_schema)
+    tenant, (text,) = new_tenant(), texts("forgotten")
+    cache.for_tenant(tenant).embed([text])
+    cache.purge(tenant, [cache.keys.digest(tenant, text)])
+    cache.for_tenant(tenant).embed([text])
+    assert len(counting.calls) == 2, "purged: a miss again"
+
+
 def test_racing_writers_of_the_same_text_both_succeed(
     cache_schema: str, runtime_db: Database, counting: Counting
 ) -> None:
-    batch = texts("raced")
+    batch, tenant = texts("raced"), new_tenant()
     both_missed = threading.Barrier(2, timeout=10)
 
     class AfterBothMissed(Counting):
@@ -157,7 +179,8 @@ def test_racing_writers_of_the_same_text_both_succeed(
 
     def write() -> None:
         try:
-            results.append(CachedEmbedder(racer, runtime_db.connect, schema=cache_schema).embed(batch))
+            results.append(CachedEmbedder(racer, runtime_db.connect, schema=cache_schema)
+                           .for_tenant(tenant).embed(batch))
         except BaseException as exc:  # reported by the assertion below
             errors.append(exc)
 
@@ -168,13 +191,14 @@ def test_racing_writers_of_the_same_text_both_succeed(
         thread.join()
     assert errors == [] and len(racer.calls) == 2
     assert results[0] == results[1]  # the fake server is deterministic; the second INSERT did nothing
-    assert CachedEmbedder(racer, runtime_db.connect, schema=cache_schema).embed(batch) == results[0]
+    assert CachedEmbedder(racer, runtime_db.connect, schema=cache_schema).for_tenant(
+        tenant).embed(batch) == results[0]
     assert len(racer.calls) == 2
 
 
 def test_the_real_use_model_through_the_cache(cache_schema: str, runtime_db: Database) -> None:
     use = Counting(UniversalSentenceEmbedder())
-    cached = CachedEmbedder(use, runtime_db.connect, schema=cache_schema)
+    cached = CachedEmbedder(use, runtime_db.connect, schema=cache_schema).for_tenant(new_tenant())
     batch = texts("我搬到了京都。", "I moved to Kyoto.")
     first = cached.embed(batch)
     assert cached.embed(batch) == first and len(use.calls) == 1
@@ -189,9 +213,11 @@ def test_create_embedder_wraps_in_the_cache(
         "openai_embedding_model": f"fake-{new_tenant()}", "embedding_dimensions": DIMENSIONS,
     })
     embedder = create_embedder(settings, connect=runtime_db.connect)
-    batch = texts("wired")
-    assert embedder.embed(batch) == embedder.embed(batch)
+    assert isinstance(embedder, CachedEmbedder)
+    batch, tenant = texts("wired"), new_tenant()
+    assert embedder.for_tenant(tenant).embed(batch) == embedder.for_tenant(tenant).embed(batch)
     assert server.request_count == 1
+    assert embedder.embed(batch) and server.request_count == 2, "without a tenant: no cache"
 
 
 def test_a_cache_of_another_width_is_refused(
@@ -201,9 +227,10 @@ def test_a_cache_of_another_width_is_refused(
         ensure_cache_table(conn, cache_schema, 1536)
     wide = OpenAIEmbedder(model="fake-wide", dimensions=1536, base_url=server.base_url)
     with pytest.raises(EmbeddingError, match="512-d"):
-        CachedEmbedder(wide, runtime_db.connect, schema=cache_schema).embed(["x"])
+        CachedEmbedder(wide, runtime_db.connect, schema=cache_schema).for_tenant("t").embed(["x"])
 
 
 def test_a_missing_cache_table_is_a_clear_error(runtime_db: Database, counting: Counting) -> None:
     with pytest.raises(EmbeddingError, match="does not exist"):
-        CachedEmbedder(counting, runtime_db.connect, schema="no_such_schema").embed(["x"])
+        CachedEmbedder(counting, runtime_db.connect, schema="no_such_schema").for_tenant(
+            "t").embed(["x"])

@@ -61,7 +61,8 @@ def unembedded(admin_db: Database, model: str) -> int:
     with admin_db.connect() as conn:
         row = conn.execute(sql.SQL(
             "SELECT count(*) FROM {s}.cards c LEFT JOIN {s}.card_embeddings e USING (tenant_id, "
-            "card_id) WHERE e.model IS DISTINCT FROM %s").format(s=sql.Identifier(SCHEMA)),
+            "card_id) WHERE e.model IS DISTINCT FROM %s AND c.erased_at IS NULL").format(
+            s=sql.Identifier(SCHEMA)),
             (model,)).fetchone()
     return int(row[0]) if row else -1
 

@@ -274,6 +274,9 @@ def test_every_tool_answers_alike_through_rest_and_mcp(
     covered |= ingest_and_review(services, edges, project, clock, {
         through_rest: (rest_key, rest_ids, seen[through_rest]),
         through_mcp: (mcp_key, mcp_ids, seen[through_mcp])})
+    covered |= forget_and_export(edges, project, {
+        through_rest: (rest_key, rest_ids, seen[through_rest]),
+        through_mcp: (mcp_key, mcp_ids, seen[through_mcp])})
     assert covered == {spec.name for spec in tool_specs()}, "a tool without a parity check"
 
 
@@ -316,6 +319,32 @@ def ingest_and_review(services: Services, edges: Edges, project: Callable[[], No
     assert rest_ids(by_rest) == mcp_ids(by_mcp), "review_proposals"
     assert by_mcp["results"][0]["review"] == "rejected"
     return {"ingest", "ingestions", "rerun_ingestion", "proposals", "review_proposals"}
+
+
+def forget_and_export(edges: Edges, project: Callable[[], None],
+                      tenants: dict[str, tuple[str, Ids, dict[str, list[Any]]]]) -> set[str]:
+    """A card forgotten through REST for one tenant and MCP for the other; then the MCP one's
+    export through both: the same lines, the tombstone among them."""
+    (_, (rest_key, rest_ids, rest_seen)), (_, (mcp_key, mcp_ids, mcp_seen)) = tenants.items()
+    by_rest = edges.rest(rest_key, "POST", "/v1/erasures", {
+        "unit": "card", "card_id": rest_seen["remember"][0]["card_id"], "basis": "gdpr-17"})
+    by_mcp = edges.mcp(mcp_key, "forget", {"unit": "card", "card_id": mcp_seen["remember"][0]["card_id"],
+                                           "basis": "gdpr-17"})
+    assert "error" not in by_mcp and rest_ids(by_rest) == mcp_ids(by_mcp), "forget"
+    refused = {"unit": "tenant"}
+    assert edges.mcp(mcp_key, "forget", refused) == edges.rest(mcp_key, "POST", "/v1/erasures",
+                                                                refused)
+    project()
+    for subject in (None, "user"):
+        exported = edges.mcp(mcp_key, "export", {"limit": 1_000, "subject": subject})
+        streamed = httpx.get(edges.base + "/v1/export", timeout=30,
+                             params={"subject": subject} if subject else None,
+                             headers={"Authorization": f"Bearer {mcp_key}"})
+        assert streamed.status_code == 200 and exported["left_off"] == 0
+        assert exported["text"] == streamed.text, "export"
+    erased = [line for line in exported["text"].splitlines() if '"erased": true' in line]
+    assert len(erased) == 1 and mcp_seen["remember"][0]["card_id"] in erased[0]
+    return {"forget", "export"}
 
 
 def test_a_refusal_answers_alike(services: Services, edges: Edges) -> None:

@@ -215,7 +215,9 @@ def test_serve_on_external_servers_starts_only_its_own_parts(
                                                  dbname=admin_db.dbname, user=admin_db.user,
                                                  password=admin_db.password or ""),
         "PALIMPSEST_KAFKA_BOOTSTRAP": broker.bootstrap,
-        "PALIMPSEST_KAFKA_TOPIC": f"serve-{uuid4().hex[:8]}"}
+        "PALIMPSEST_KAFKA_TOPIC": f"serve-{uuid4().hex[:8]}",
+        # the keys in the external store are wrapped by the session's master key, not a new one
+        "PALIMPSEST_MASTER_KEY": (pg_settings.data_dir / "master.key").read_text().strip()}
     started = served.start("--no-mcp")
     assert "key" not in started and "palimpsest keys create" in started["key_note"]
     assert f"Kafka: {broker.bootstrap}" in served.out()

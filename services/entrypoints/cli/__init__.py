@@ -18,12 +18,14 @@ from domain.errors import PalimpsestError
 from services.entrypoints.cli import (
     cards,
     failures,
+    forget,
     ingest,
     keys,
     mcp,
     proposals,
     queries,
     remote,
+    retention,
     serve,
     writes,
 )
@@ -200,6 +202,8 @@ mcp.register(cli)
 serve.register(cli)
 ingest.register(cli)
 proposals.register(cli)
+forget.register(cli)
+retention.register(cli)
 
 bench = typer.Typer(no_args_is_help=True, help="Benchmarks (from a Palimpsest checkout with the dev extra).")
 cli.add_typer(bench, name="bench")

@@ -41,7 +41,7 @@ Tags = _many("A tag")
 
 
 @contextmanager
-def _read_models(as_json: bool) -> Iterator[tuple[Any, str]]:
+def read_models(as_json: bool) -> Iterator[tuple[Any, str]]:
     """The read models as the runtime role, and the configured zone; a refused slice becomes
     :func:`fail` (exit code 2)."""
     from infra.postgres import admin_database, bootstrap, runtime_database
@@ -75,7 +75,7 @@ def _print_page(page: Any) -> None:
     for c in page.cards:
         where = c.scope + (f":{c.project_id or c.group_id}" if c.project_id or c.group_id else "")
         sure = f" {c.inference_confidence:.2f}" if c.inference_confidence is not None else ""
-        text = (f"{c.title}: " if c.title else "") + c.content
+        text = "(erased)" if c.content is None else (f"{c.title}: " if c.title else "") + c.content
         typer.echo(f"{when(c.recorded_at.isoformat())}  {c.card_id}  {c.kind}/{c.memory_type}  "
                    f"{where}  {c.agent_id or '—'}  {c.source}{sure}  {text!r}"
                    + ("  [superseded]" if c.superseded else ""))
@@ -136,7 +136,7 @@ def register(cli: typer.Typer) -> None:
         relation, concept; current, or as of a past moment."""
         from services.slicing import CardSlice, count_cards, list_cards
 
-        with _read_models(as_json) as (read, zone):
+        with read_models(as_json) as (read, zone):
             slice = CardSlice.model_validate({
                 "kinds": kind, "memory_types": memory_type,
                 "valid_from": valid_from, "valid_to": valid_to,

@@ -6,9 +6,10 @@
 
 Local: it talks to the database of the configured settings (``PALIMPSEST_DATABASE_URL`` or the
 data folder's embedded server), not to a running server. Scopes: ``memory:read``,
-``memory:write`` (the two given when none is named) and ``memory:admin`` (all of them, and
-arbitration decisions). ``--json`` prints one object, errors too (``{"error": {...}}``); an error
-exits with code 2.
+``memory:write`` (the two given when none is named), ``memory:admin`` (read, write, arbitration
+decisions and reviews) and ``memory:erase`` (forgetting a whole tenant, and setting its
+retention policy: held only when named, never through admin). ``--json`` prints one object,
+errors too (``{"error": {...}}``); an error exits with code 2.
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ if TYPE_CHECKING:
 keys = typer.Typer(help="API keys: create one for a tenant (the secret is shown once), list, revoke.",
                    no_args_is_help=True)
 AsJson = typer.Option(False, "--json", help="One JSON object on stdout, errors included.")
-Scopes = typer.Option(None, "--scope", help="memory:read, memory:write or memory:admin; repeat for "
-                      "more [default: memory:read and memory:write].")
+Scopes = typer.Option(None, "--scope", help="memory:read, memory:write, memory:admin or "
+                      "memory:erase (a whole tenant's erasure, a retention policy; admin does not "
+                      "hold it); repeat for more [default: memory:read and memory:write].")
 
 
 @contextmanager

@@ -36,7 +36,7 @@ def mcp() -> None:
     from services.entrypoints.mcp import run_stdio
 
     key, settings = os.environ.get("PALIMPSEST_KEY"), Settings()
-    with _stdout_to_stderr():  # the embedded servers' start says nothing on the protocol's channel
+    with stdout_to_stderr():  # the embedded servers' start says nothing on the protocol's channel
         _check(settings, key)  # before the read path's warm-up: a bad key is told at once
         services = build_services(settings)
     try:
@@ -66,7 +66,7 @@ def _refuse(error: AuthenticationError) -> NoReturn:
 
 
 @contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
+def stdout_to_stderr() -> Iterator[None]:
     """File descriptor 1 on stderr meanwhile, for this process and the children it starts."""
     sys.stdout.flush()
     saved = os.dup(1)

@@ -69,7 +69,8 @@ def _print_history(answer: dict[str, Any]) -> None:
         typer.echo(f"■ {card['card_id']}  {card['kind']}/{card['memory_type']}  "
                    f"{card['subject'] or ''}/{card['label'] or ''}")
         for v in card["versions"]:
-            typer.echo(f"  v{v['version']} {v['value']!r:<28} valid {when(v['valid_from'])} → "
+            value = "(erased)" if v["value"] is None else repr(v["value"])
+            typer.echo(f"  v{v['version']} {value:<28} valid {when(v['valid_from'])} → "
                        f"{when(v['valid_to'])}  known {when(v['known_from'])} → "
                        f"{when(v['known_to'])}  {v['change']}")
 

@@ -1,0 +1,246 @@
+"""``palimpsest forget`` and ``palimpsest export``: forgetting on request, and a tenant's or a
+subject's cards as JSON lines (DESIGN §7).
+
+    palimpsest forget card CARD_ID                        one card
+    palimpsest forget slot --subject S --label L          everything ever stored under a label
+    palimpsest forget subject S                           a person: every slot of theirs
+    palimpsest forget session SESSION_ID                  an ingested conversation session
+    palimpsest forget tenant --yes                        the whole tenant (memory:erase)
+        [--reason TEXT] [--basis gdpr-17] [--request-id ID]
+    palimpsest export [--subject S] [--output FILE]       JSON lines; erased cards as tombstones
+
+Over a running server by default, as the other client commands (``--url``, ``--key``, ``--json``;
+the tenant is the key's, and who asked is the key). With ``--tenant T`` they work locally on the
+data folder's store (or ``PALIMPSEST_DATABASE_URL``), as ``cards`` and ``keys`` do: no server and
+no key — the operator's own hand; who asked is ``--by``. A running ``serve`` (or ``pipeline``)
+projects a local erasure. A tenant is forgotten only with ``--yes``: it cannot be undone.
+
+``export`` writes the lines to stdout, or to ``--output FILE`` (through ``FILE.partial``, renamed
+once complete) and then says how many it wrote.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import ExitStack, closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import typer
+
+from services.entrypoints.cli.mcp import stdout_to_stderr
+from services.entrypoints.cli.remote import REFUSED, AsJson, Key, Url, emit, fail, remote
+
+forget = typer.Typer(no_args_is_help=True, help="Forget a card, a slot, a subject, an ingested "
+                     "session or the whole tenant: its keys are destroyed, its cards become "
+                     "tombstones; the erasure itself is kept.")
+
+Tenant = typer.Option(None, "--tenant", show_default=False, help="Work locally on this tenant, "
+                      "on the data folder's store (no server, no key); default: over the server.")
+Reason = typer.Option("", "--reason", help="Why (sealed with the tenant's key; no personal text).")
+Basis = typer.Option("request", "--basis", help="The legal basis or kind of request, e.g. gdpr-17.")
+RequestId = typer.Option(None, "--request-id", help="Erases once: a retry with the same id "
+                         "answers the same.")
+Output = typer.Option(None, "--output", "-o", help="Write the lines to this file (default: stdout).")
+By = typer.Option("cli", "--by", help="Who asks, with --tenant (kept in the clear: a role or an "
+                  "id, no name); over a server it is the key.")
+
+
+def _print_erasure(answer: Mapping[str, Any]) -> None:
+    cards = answer.get("card_ids") or []
+    typer.echo(f"erased {answer['unit']}: {answer['keys_destroyed']} key(s) destroyed, "
+               f"{len(cards)} card(s) forgotten; erasure {answer['erasure_id']}"
+               + (f", position {answer['position']}" if answer.get("position") is not None else "")
+               + ("; answered from an earlier identical request" if answer.get("replayed") else ""))
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What every ``forget`` command takes beside its unit: why, and where it runs."""
+
+    tenant: str | None
+    reason: str
+    basis: str
+    request_id: str | None
+    by: str
+    url: str | None
+    key: str | None
+    as_json: bool
+
+
+def _forget(unit: str, fields: dict[str, Any], asked: Asked) -> None:
+    """Erase ``unit`` over the server, or locally with ``--tenant``; print the erasure."""
+    given = {"unit": unit, **{k: v for k, v in fields.items() if v is not None},
+             "reason": asked.reason, "basis": asked.basis,
+             **({"request_id": asked.request_id} if asked.request_id else {})}
+    if asked.tenant is not None:
+        answer = _local_erase(asked.tenant, given, asked.by, asked.as_json)
+    else:
+        with remote(asked.url, asked.key, asked.as_json) as server:
+            answer = server.forget(**given)
+    emit(answer, asked.as_json, _print_erasure)
+
+
+def _local_erase(tenant: str, fields: dict[str, Any], by: str, as_json: bool) -> dict[str, Any]:
+    """The erasure on the data folder's store, as the operator: no key, ``by`` asks."""
+    from pydantic import ValidationError
+
+    from domain.errors import PalimpsestError
+    from infra.settings import Settings
+    from services.commands import Erase
+    from services.entrypoints.errors import answer
+    from services.factory import create_app
+
+    try:
+        with stdout_to_stderr():  # what the embedded server says on its start is not the answer
+            app = create_app(Settings())
+        try:
+            result = app.erase(tenant, Erase.model_validate({**fields, "requested_by": by}))
+        finally:
+            app.close()
+    except (PalimpsestError, ValidationError) as error:
+        found = answer(error)
+        fail(as_json, found.code, found.message, status=found.status, retryable=found.retryable)
+    return result.model_dump(mode="json")
+
+
+@forget.command()
+def card(card_id: str = typer.Argument(..., metavar="CARD_ID", help="The card's id."),
+         tenant: str = Tenant, reason: str = Reason, basis: str = Basis,
+         request_id: str = RequestId, by: str = By, url: str = Url, key: str = Key,
+         as_json: bool = AsJson) -> None:
+    """Forget one card: its value, tags and embedding are gone; its id, times and edges stay."""
+    _forget("card", {"card_id": card_id},
+            Asked(tenant, reason, basis, request_id, by, url, key, as_json))
+
+
+@forget.command()
+def slot(subject: str = typer.Option(None, "--subject", help="The slot's subject, e.g. user."),
+         label: str = typer.Option(None, "--label", help="The slot's label, e.g. address."),
+         slot_id: str = typer.Option(None, "--slot-id", help="The slot's id, instead."),
+         scope: str = typer.Option("personal", help="personal, project, group or global."),
+         project: str = typer.Option(None, "--project", help="A project slot's project."),
+         group: str = typer.Option(None, "--group", help="A group slot's group."),
+         tenant: str = Tenant, reason: str = Reason, basis: str = Basis,
+         request_id: str = RequestId, by: str = By, url: str = Url, key: str = Key,
+         as_json: bool = AsJson) -> None:
+    """Forget a slot: every value ever stored under one label of one subject."""
+    _forget("slot", {"subject": subject, "label": label, "slot_id": slot_id, "scope": scope,
+                     "project_id": project, "group_id": group},
+            Asked(tenant, reason, basis, request_id, by, url, key, as_json))
+
+
+@forget.command()
+def subject(name: str = typer.Argument(..., metavar="SUBJECT", help="Whom, e.g. user or 媽媽."),
+            tenant: str = Tenant, reason: str = Reason, basis: str = Basis,
+            request_id: str = RequestId, by: str = By, url: str = Url, key: str = Key,
+            as_json: bool = AsJson) -> None:
+    """Forget a subject: every slot of theirs and what is linked to it."""
+    _forget("subject", {"subject": name},
+            Asked(tenant, reason, basis, request_id, by, url, key, as_json))
+
+
+@forget.command()
+def session(session_id: str = typer.Argument(..., metavar="SESSION_ID",
+                                             help="The ingested session's id."),
+            tenant: str = Tenant, reason: str = Reason, basis: str = Basis,
+            request_id: str = RequestId, by: str = By, url: str = Url, key: str = Key,
+            as_json: bool = AsJson) -> None:
+    """Forget an ingested conversation session: its turns and what extraction made of them."""
+    _forget("session", {"session_id": session_id},
+            Asked(tenant, reason, basis, request_id, by, url, key, as_json))
+
+
+@forget.command("tenant")
+def whole_tenant(yes: bool = typer.Option(False, "--yes", help="Yes: forget every card of the "
+                                          "tenant; it cannot be undone."),
+                 tenant: str = Tenant, reason: str = Reason, basis: str = Basis,
+                 request_id: str = RequestId, by: str = By, url: str = Url, key: str = Key,
+                 as_json: bool = AsJson) -> None:
+    """Forget the whole tenant (offboarding): over a server, a key with memory:erase."""
+    if not yes:
+        fail(as_json, "usage_error", "forgetting a whole tenant cannot be undone: add --yes",
+             exit_code=REFUSED)
+    _forget("tenant", {}, Asked(tenant, reason, basis, request_id, by, url, key, as_json))
+
+
+# --- export ----------------------------------------------------------------------------------
+
+
+def export(subject: str = typer.Option(None, "--subject", help="Only this subject's cards."),
+           output: Path = Output, tenant: str = Tenant, url: str = Url, key: str = Key,
+           as_json: bool = AsJson) -> None:
+    """Every card of the tenant, or of a subject, as JSON lines: both timelines, edges,
+    provenance; erased cards as tombstones ("erased": true, no text)."""
+    with ExitStack() as stack:
+        if tenant is not None:
+            lines, encode = _local_lines(stack, tenant, subject, as_json), _local_encode()
+        else:
+            server = stack.enter_context(remote(url, key, as_json))
+            lines, encode = server.export(subject), _encode
+        written = _write(lines, encode, output)
+    if output is not None:
+        emit({"exported": written[0], "erased": written[1], "output": str(output)}, as_json,
+             lambda a: typer.echo(f"{a['exported']} card(s), {a['erased']} erased, written to "
+                                  f"{a['output']}"))
+
+
+def _local_lines(stack: ExitStack, tenant: str, subject: str | None, as_json: bool,
+                 ) -> Iterator[dict[str, Any]]:
+    """The lines from this machine's read models, open until ``stack`` closes."""
+    from services.entrypoints.cli.cards import read_models
+    from services.export import cards
+
+    with stdout_to_stderr():
+        read, _ = stack.enter_context(read_models(as_json))
+    return stack.enter_context(closing(cards(read, tenant, subject)))
+
+
+def _local_encode() -> Callable[[Mapping[str, Any]], str]:
+    from services.export import encode
+
+    return encode
+
+
+def _encode(line: Mapping[str, Any]) -> str:
+    return json.dumps(line, ensure_ascii=False)
+
+
+def _write(lines: Iterable[Mapping[str, Any]], encode: Callable[[Mapping[str, Any]], str],
+           output: Path | None) -> tuple[int, int]:
+    """The lines to ``output`` (through ``output.partial``, renamed once all are written) or to
+    stdout: (how many, how many erased)."""
+    if output is None:
+        return _lines_to(lines, encode, lambda text: typer.echo(text, nl=False))
+    partial = output.with_name(output.name + ".partial")
+    try:
+        with partial.open("w", encoding="utf-8") as stream:
+            written = _lines_to(lines, encode, _writer(stream))
+        partial.replace(output)
+    finally:
+        partial.unlink(missing_ok=True)
+    return written
+
+
+def _writer(stream: IO[str]) -> Callable[[str], None]:
+    def write(text: str) -> None:
+        stream.write(text)
+    return write
+
+
+def _lines_to(lines: Iterable[Mapping[str, Any]], encode: Callable[[Mapping[str, Any]], str],
+              out: Callable[[str], None]) -> tuple[int, int]:
+    count = erased = 0
+    for line in lines:
+        out(encode(line) + "\n")
+        count += 1
+        erased += bool(line.get("erased"))
+    return count, erased
+
+
+def register(cli: typer.Typer) -> None:
+    """Add ``palimpsest forget`` and ``palimpsest export`` to the command line."""
+    cli.add_typer(forget, name="forget")
+    cli.command("export")(export)

@@ -1,0 +1,275 @@
+"""The key ring on the embedded PostgreSQL: every ring's behaviour (``KeyRingBehaviour``) in a
+scratch schema, plus what only a shared table shows — racing makers, restarts, forks, the
+process cache, the grants and guards the bootstrap sets, and that no raw key is ever stored."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+from pydantic import SecretStr
+
+from infra.keyring import (
+    KEY_TABLE,
+    KeyRing,
+    MasterKeyError,
+    PostgresKeyRing,
+    Unit,
+    ensure_key_table,
+    load_master_key,
+    open_keyring,
+    tenant_unit,
+)
+from infra.postgres import Database
+from infra.settings import Settings
+from tests.unit.test_keyring import MASTER, OTHER_MASTER, KeyRingBehaviour, new_tenant
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def scratch_schema(admin_db: Database, pg_settings: Settings) -> Iterator[str]:
+    """A schema holding only an empty key table, dropped afterwards."""
+    name = f"keyring_{uuid.uuid4().hex[:10]}"
+    with admin_db.connect(autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA {schema}; GRANT USAGE ON SCHEMA {schema} TO {role}").format(
+            schema=sql.Identifier(name), role=sql.Identifier(pg_settings.runtime_role)))
+        ensure_key_table(conn, name, pg_settings.runtime_role)
+    yield name
+    with admin_db.connect(autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def rings(runtime_db: Database, scratch_schema: str) -> Iterator[Callable[..., PostgresKeyRing]]:
+    """Makes rings on the scratch schema as the runtime role; closes them afterwards."""
+    made: list[PostgresKeyRing] = []
+
+    def make(master: bytes = MASTER, **options: Any) -> PostgresKeyRing:
+        ring = PostgresKeyRing(lambda: runtime_db.connect(), master, schema=scratch_schema, **options)
+        made.append(ring)
+        return ring
+
+    yield make
+    for ring in made:
+        ring.close()
+
+
+class TestPostgresKeyRing(KeyRingBehaviour):
+    @pytest.fixture
+    def ring(self, rings: Callable[..., PostgresKeyRing]) -> KeyRing:
+        return rings()
+
+    @pytest.fixture
+    def reopen(self, rings: Callable[..., PostgresKeyRing]) -> Callable[[bytes], KeyRing]:
+        return rings
+
+
+def race(makers: list[PostgresKeyRing], tenant: str, unit: Unit) -> list[tuple[uuid.UUID, bytes]]:
+    """What each maker's ``data_key`` of ``unit`` gives, all started at once."""
+    start, got = threading.Barrier(len(makers)), []
+
+    def make(ring: PostgresKeyRing) -> None:
+        start.wait()
+        got.append(ring.data_key(tenant, unit))
+        ring.flush()
+
+    threads = [threading.Thread(target=make, args=(ring,)) for ring in makers]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return got
+
+
+def test_racing_makers_of_one_unit_each_get_a_key_every_ring_opens_and_an_erasure_finds(
+    rings: Callable[..., PostgresKeyRing],
+) -> None:
+    tenant, shared, reader = new_tenant(), rings(), rings()
+    makers = [rings(), rings(), shared, shared]  # two processes' rings, and one ring's threads
+    for _ in range(10):
+        unit = Unit("card", uuid.uuid4())
+        got = race(makers, tenant, unit)
+        assert len(got) == len(makers)
+        assert all(reader.open_key(tenant, key_id) == raw for key_id, raw in got)
+        found = {f.key_id for f in reader.find(tenant, cards=[unit.id])}
+        assert found == {key_id for key_id, _ in got}, "every key of the unit, however many"
+        reader.destroy(tenant, found, uuid.uuid4())
+        assert not reader.find(tenant, cards=[unit.id])
+
+
+_CHILD = """
+import json, os, sys, uuid
+from infra.keyring import MasterKeyError, PostgresKeyRing
+from infra.postgres import Database
+a = json.loads(os.environ["KEYRING_TEST"])
+try:
+    ring = PostgresKeyRing(Database(**a["db"]).connect, bytes.fromhex(a["master"]), schema=a["schema"])
+    print(ring.open_key(a["tenant"], uuid.UUID(a["key_id"])).hex())
+except MasterKeyError as error:
+    print("MasterKeyError:", error)
+"""
+
+
+def test_a_new_process_opens_the_keys_with_the_same_master_and_refuses_another(
+    rings: Callable[..., PostgresKeyRing], runtime_db: Database, scratch_schema: str
+) -> None:
+    tenant = new_tenant()
+    maker = rings()
+    key_id, raw = maker.data_key(tenant, Unit("card", uuid.uuid4()))
+    maker.flush()
+
+    def child(master: bytes) -> str:
+        given = {"db": asdict(runtime_db), "master": master.hex(), "schema": scratch_schema,
+                 "tenant": tenant, "key_id": str(key_id)}
+        done = subprocess.run([sys.executable, "-c", _CHILD], cwd=ROOT, capture_output=True, text=True,
+                              env={**os.environ, "KEYRING_TEST": json.dumps(given)}, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip()
+
+    assert child(MASTER) == raw.hex()
+    assert child(OTHER_MASTER) == ("MasterKeyError: the master key does not open this store's keys: "
+                                   "set PALIMPSEST_MASTER_KEY to the key it was made with")
+
+
+def test_a_forked_child_reads_afresh_and_leaves_the_parents_connection(
+    rings: Callable[..., PostgresKeyRing],
+) -> None:
+    tenant, cached, eraser = new_tenant(), rings(), rings()
+    key_id, raw = cached.data_key(tenant, Unit("card", uuid.uuid4()))
+    cached.flush()
+    eraser.destroy(tenant, [key_id], uuid.uuid4())
+    assert cached.open_key(tenant, key_id) == raw  # still in this process's cache
+    pid = os.fork()
+    if pid == 0:  # the child: its own cache and connection
+        try:
+            os._exit(0 if cached.open_key(tenant, key_id) is None else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    other_id, other_raw = cached.data_key(tenant, Unit("card", uuid.uuid4()))  # the parent's connection
+    cached.flush()
+    assert cached.open_key(tenant, other_id) == other_raw
+
+
+def test_keys_destroyed_elsewhere_stay_cached_a_few_seconds_or_until_forgotten(
+    rings: Callable[..., PostgresKeyRing],
+) -> None:
+    tenant, eraser = new_tenant(), rings()
+    cached, brief = rings(), rings(cache_seconds=0.05)
+    key_id, raw = cached.data_key(tenant, Unit("card", uuid.uuid4()))
+    cached.flush()
+    assert brief.open_key(tenant, key_id) == raw
+    eraser.destroy(tenant, [key_id], uuid.uuid4())
+    assert cached.open_key(tenant, key_id) == raw
+    cached.forget_cached([key_id])
+    assert cached.open_key(tenant, key_id) is None
+    threading.Event().wait(0.1)
+    assert brief.open_key(tenant, key_id) is None
+
+
+def test_a_lost_connection_is_made_again(rings: Callable[..., PostgresKeyRing], admin_db: Database) -> None:
+    tenant, ring = new_tenant(), rings(cache_seconds=0)
+    key_id, raw = ring.data_key(tenant, Unit("card", uuid.uuid4()))
+    ring.flush()
+    backend = ring._table._run("SELECT pg_backend_pid()", {})[0][0]  # type: ignore[attr-defined]
+    with admin_db.connect(autocommit=True) as conn:
+        conn.execute("SELECT pg_terminate_backend(%s)", (backend,))
+    assert ring.open_key(tenant, key_id) == raw
+
+
+def test_no_raw_key_nor_subject_is_stored(
+    rings: Callable[..., PostgresKeyRing], admin_db: Database, scratch_schema: str
+) -> None:
+    ring, tenant = rings(), new_tenant()
+    subject = f"Zelda Quux {uuid.uuid4().hex}"
+    made = [ring.data_key(tenant, Unit("slot", uuid.uuid4(), subject=subject, session="sess-x"))]
+    made += [ring.data_key(tenant, Unit("card", uuid.uuid4(), session="sess-x")) for _ in range(20)]
+    ring.destroy(tenant, [made[0][0], made[1][0]], uuid.uuid4())
+    secrets = [raw for _, raw in made] + [subject.encode(), subject.casefold().encode()]
+    table = sql.Identifier(scratch_schema, KEY_TABLE)
+    with admin_db.connect(autocommit=True) as conn:
+        rows = conn.execute(sql.SQL("SELECT t::text, material, subject_ref, session, destroyed_at "
+                                    "FROM {} AS t WHERE tenant_id = %s").format(table), (tenant,)).fetchall()
+        conn.execute("CHECKPOINT")
+        data_dir = conn.execute("SHOW data_directory").fetchone()[0]  # type: ignore[index]
+        heap = conn.execute("SELECT pg_relation_filepath(%s::regclass)",
+                            (f"{scratch_schema}.{KEY_TABLE}",)).fetchone()[0]  # type: ignore[index]
+    stored = b"".join(text.encode() + bytes(material or b"") + bytes(ref or b"") for text, material, ref, *_
+                      in rows)
+    stored += (Path(data_dir) / heap).read_bytes()
+    assert len(rows) == 21 and all(secret not in stored for secret in secrets)
+    assert all(raw.hex() not in stored.decode("latin-1") for _, raw in made)
+    destroyed = [row for row in rows if row[4] is not None]
+    assert len(destroyed) == 2 and all(row[1:4] == (None, None, None) for row in destroyed)
+
+
+def test_the_bootstrap_makes_the_table_the_runtime_role_cannot_empty_nor_restore(
+    pg_settings: Settings, runtime_db: Database,
+) -> None:
+    ring, tenant = open_keyring(pg_settings), new_tenant()
+    assert isinstance(ring, PostgresKeyRing)
+    path = Path(pg_settings.data_dir) / "master.key"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    key_id, raw = ring.data_key(tenant, Unit("tenant", tenant_unit(tenant)))
+    gone, _ = ring.data_key(tenant, Unit("card", uuid.uuid4()))
+    ring.destroy(tenant, [gone], uuid.uuid4())
+    table = sql.Identifier(pg_settings.event_schema, KEY_TABLE)
+    refused = [
+        (sql.SQL("DELETE FROM {} WHERE key_id = %s"), key_id),
+        (sql.SQL("UPDATE {} SET tenant_id = 'thief' WHERE key_id = %s"), key_id),
+        (sql.SQL("UPDATE {} SET material = '\\x00', destroyed_at = NULL WHERE key_id = %s"), gone),
+        (sql.SQL("UPDATE {} SET material = '\\x00' WHERE key_id = %s"), key_id),
+    ]
+    with runtime_db.connect(autocommit=True) as conn:
+        for statement, target in refused:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                conn.execute(statement.format(table), (target,))
+    assert open_keyring(pg_settings).open_key(tenant, key_id) == raw
+    assert ring.open_key(tenant, gone) is None
+
+
+def external(admin_db: Database, data_dir: Path, schema: str) -> Settings:
+    """Settings for the session's server as an external database, keys in ``schema``."""
+    dsn = f"host={admin_db.host} port={admin_db.port} dbname={admin_db.dbname} user={admin_db.user}"
+    return Settings(database_url=dsn, data_dir=data_dir, event_schema=schema,  # type: ignore[arg-type]
+                    auto_bootstrap=False)
+
+
+def test_an_external_store_makes_its_master_key_file_only_while_nothing_is_sealed(
+    admin_db: Database, scratch_schema: str, tmp_path: Path
+) -> None:
+    settings = external(admin_db, tmp_path, scratch_schema)
+    ring, tenant = open_keyring(settings), new_tenant()
+    key_id, raw = ring.data_key(tenant, Unit("card", uuid.uuid4()))
+    ring.flush()
+    assert stat.S_IMODE((tmp_path / "master.key").stat().st_mode) == 0o600
+    assert open_keyring(settings).open_key(tenant, key_id) == raw
+    (tmp_path / "master.key").rename(tmp_path / "elsewhere")
+    with pytest.raises(MasterKeyError, match="PALIMPSEST_MASTER_KEY"):
+        load_master_key(settings)
+    assert not (tmp_path / "master.key").exists()
+    (tmp_path / "elsewhere").rename(tmp_path / "master.key")
+    wrong = settings.model_copy(update={"master_key": SecretStr(OTHER_MASTER.hex())})
+    with pytest.raises(MasterKeyError, match="does not open this store's keys"):
+        open_keyring(wrong)
+
+
+def test_a_store_not_bootstrapped_yet_holds_nothing_sealed(admin_db: Database, tmp_path: Path) -> None:
+    assert len(load_master_key(external(admin_db, tmp_path, "no_such_schema"))) == 32
+    assert (tmp_path / "master.key").exists()
