@@ -87,16 +87,18 @@ class OpenAIChatModel:
     """``POST {base_url}/chat/completions`` through the ``openai`` client, temperature 0.
 
     ``base_url=None`` is OpenAI itself and then needs ``api_key``; a local server usually needs
-    none. Each request is bounded by ``timeout`` seconds and tried once.
+    none. Each request is bounded by ``timeout`` seconds and ``max_tokens`` of answer, and tried
+    once.
     """
 
     def __init__(self, *, model: str, base_url: str | None = None, api_key: str | None = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, max_tokens: int | None = None) -> None:
         import openai
 
         if base_url is None and not api_key:
             raise ValueError("the OpenAI chat model needs an API key (PALIMPSEST_LLM_API_KEY)")
         self.model = model
+        self.max_tokens = max_tokens
         self._openai = openai
         # An explicit placeholder key: the client must not fall back to OPENAI_API_KEY from the
         # environment; settings are the one place configuration comes from.
@@ -149,6 +151,8 @@ class OpenAIChatModel:
             "model": self.model, "temperature": 0, "response_format": response_format,
             "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
         }
+        if self.max_tokens is not None:
+            request["max_tokens"] = self.max_tokens
         try:
             response = self._client.chat.completions.create(**request)
         except openai.APITimeoutError as exc:
@@ -182,4 +186,5 @@ def create_chat_model(settings: Settings) -> OpenAIChatModel | None:
         return None
     api_key = settings.llm_api_key.get_secret_value() if settings.llm_api_key else None
     return OpenAIChatModel(model=settings.llm_model, base_url=settings.llm_base_url,
-                           api_key=api_key, timeout=settings.llm_timeout_seconds)
+                           api_key=api_key, timeout=settings.llm_timeout_seconds,
+                           max_tokens=settings.llm_max_tokens)

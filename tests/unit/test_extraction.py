@@ -174,6 +174,12 @@ def test_a_server_without_json_schema_gets_json_mode_once_and_for_all(fake_llm: 
     assert [r["response_format"]["type"] for r in fake_llm.chat_requests[2:]] == ["json_object"]
 
 
+def test_every_request_bounds_the_answer_by_the_max_tokens_setting(fake_llm: FakeOpenAIServer) -> None:
+    fake_llm.script(answer(card()))
+    extractor(fake_llm, llm_max_tokens=300).extract(turn("我去了台北"))
+    assert [r["max_tokens"] for r in fake_llm.chat_requests] == [300]
+
+
 def test_a_bare_400_falls_back_only_before_a_schema_ever_worked(fake_llm: FakeOpenAIServer) -> None:
     fake_llm.script(Reply.error(400), answer(card()))
     first = extractor(fake_llm).extract(turn("我去了台北"))
