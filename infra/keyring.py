@@ -34,7 +34,7 @@ import time
 import unicodedata
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Generic, Literal, Protocol, TypeVar, cast, get_args
@@ -56,6 +56,8 @@ from infra.settings import Settings
 KeyKind = Literal["card", "slot", "case", "proposal", "turn", "tenant"]
 KEY_KINDS: tuple[str, ...] = get_args(KeyKind)
 KEY_TABLE = "erasure_keys"
+#: Keys made and not yet stored (opaque to callers: rows of the key table).
+MadeKeys = Sequence[object]
 MASTER_KEY_FILE = "master.key"
 
 _TENANT_UNITS = uuid5(NAMESPACE, "erasure unit of a tenant")
@@ -124,6 +126,14 @@ class KeyRing(Protocol):
 
     def flush(self) -> None:
         """Store the keys made since the last flush (one statement)."""
+        ...
+
+    def take_made(self) -> MadeKeys:
+        """The keys made and not stored yet, handed over to be stored in the transaction of the
+        events sealed with them (:func:`insert_made_keys`); :meth:`restore_made` if it fails."""
+        ...
+
+    def restore_made(self, made: MadeKeys) -> None:
         ...
 
     def open_key(self, tenant_id: str, key_id: UUID) -> bytes | None:
@@ -419,6 +429,32 @@ def ensure_key_table(conn: psycopg.Connection[Any], schema: str, runtime_role: s
 
 
 _COLUMNS = "key_id, kind, unit_id, slot_id, subject_ref, session, cards, material"
+#: Rows added in one statement, whatever their number.
+_INSERT = (
+    f"INSERT INTO {{table}} (tenant_id, {_COLUMNS}) "
+    "SELECT t, k, kd, u, sl, r, se, c::uuid[], m FROM unnest("
+    "%(tenant)s::text[], %(key)s::uuid[], %(kind)s::text[], %(unit)s::uuid[], "
+    "%(slot)s::uuid[], %(ref)s::bytea[], %(session)s::text[], %(cards)s::text[], "
+    "%(material)s::bytea[]) AS made(t, k, kd, u, sl, r, se, c, m) "
+    "ON CONFLICT (key_id) DO NOTHING")
+
+
+def _insert_params(rows: list[_Row]) -> dict[str, list[Any]]:
+    return {"tenant": [r.tenant_id for r in rows], "key": [r.key_id for r in rows],
+            "kind": [r.kind for r in rows], "unit": [r.unit_id for r in rows],
+            "slot": [r.slot_id for r in rows], "ref": [r.subject_ref for r in rows],
+            "session": [r.session for r in rows],
+            "cards": ["{" + ",".join(map(str, r.cards)) + "}" for r in rows],
+            "material": [r.material for r in rows]}
+
+
+def insert_made_keys(cursor: psycopg.Cursor[Any], schema: str, made: MadeKeys) -> None:
+    """Add the keys ``made`` (:meth:`KeyRing.take_made`) with ``cursor``: in the transaction that
+    stores the events sealed with them."""
+    rows = cast(list[_Row], made)
+    if rows:
+        cursor.execute(sql.SQL(_INSERT).format(table=sql.Identifier(schema, KEY_TABLE)),  # type: ignore[arg-type]
+                       _insert_params(rows))
 #: Keys fetched at once when one is not cached: those the tenant made about when it was made.
 _READ_AHEAD = 512
 _ARMS = {  # what _Selection's fields match, one indexed lookup each
@@ -483,19 +519,7 @@ class _PostgresTable(_KeyTable):
         self.add_many([row])
 
     def add_many(self, rows: list[_Row]) -> None:
-        self._run(
-            f"INSERT INTO {{table}} (tenant_id, {_COLUMNS}) "
-            "SELECT t, k, kd, u, sl, r, se, c::uuid[], m FROM unnest("
-            "%(tenant)s::text[], %(key)s::uuid[], %(kind)s::text[], %(unit)s::uuid[], "
-            "%(slot)s::uuid[], %(ref)s::bytea[], %(session)s::text[], %(cards)s::text[], "
-            "%(material)s::bytea[]) AS made(t, k, kd, u, sl, r, se, c, m) "
-            "ON CONFLICT (key_id) DO NOTHING",
-            {"tenant": [r.tenant_id for r in rows], "key": [r.key_id for r in rows],
-             "kind": [r.kind for r in rows], "unit": [r.unit_id for r in rows],
-             "slot": [r.slot_id for r in rows], "ref": [r.subject_ref for r in rows],
-             "session": [r.session for r in rows],
-             "cards": ["{" + ",".join(map(str, r.cards)) + "}" for r in rows],
-             "material": [r.material for r in rows]})
+        self._run(_INSERT, _insert_params(rows))
 
     def material_around(self, tenant_id: str, key_id: UUID, ahead: int) -> dict[UUID, bytes | None]:
         """The material of ``key_id`` and of the keys the tenant made just before and after it:
@@ -682,6 +706,15 @@ class _Ring:
                 self._pending[known.key_id] = pending.filled(known)
                 return
         self._table.fill(known)
+
+    def take_made(self) -> MadeKeys:
+        with self._lock:
+            rows, self._pending = list(self._pending.values()), {}
+        return rows
+
+    def restore_made(self, made: MadeKeys) -> None:
+        with self._lock:
+            self._pending = {**{row.key_id: row for row in cast(list[_Row], made)}, **self._pending}
 
     def flush(self) -> None:
         with self._lock:

@@ -319,4 +319,6 @@ class Settings(BaseSettings):
             "POSTGRES_POOL_SIZE": str(self.pool_size),
             "POSTGRES_LOCK_TIMEOUT": str(self.lock_timeout_seconds),
             "CREATE_TABLE": "n",
+            # adds the keys sealed events need in the events' own transaction (infra.sealing)
+            "APPLICATION_RECORDER_TOPIC": "infra.sealing:SealedPostgresRecorder",
         }
