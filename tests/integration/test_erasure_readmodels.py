@@ -304,3 +304,34 @@ def test_an_erased_session_and_an_erased_tenant(pg_settings, admin_db, app, proj
     assert found_in(dumped, [*mira.canaries, *noah.canaries]) == []
     assert found_in(dumped, [theirs]) == [theirs], "another tenant's stays"
     assert_rebuilds_equal(pg_settings, admin_db, app, tenant, 2)
+
+
+def test_the_broker_topics_and_the_logs_carry_no_erased_text(  # type: ignore[no-untyped-def]
+        pg_settings, admin_db, app, projector, words, broker, caplog) -> None:
+    """The relay publishes what the store holds, read from offset 0 after the erasure: every
+    event is there, none carries a canary of either person in the clear (sealed fields are
+    ciphertext), and nothing logged while the story was told, erased and projected holds one."""
+    from infra.relay import Relay
+    from infra.relay_messages import decode_messages
+    from tests.integration.test_relay import consume, relay_until
+
+    caplog.set_level("DEBUG")
+    clock, tenant = app.test_clock, new_tenant()
+    mira, noah = tell(app, tenant, clock, person("mira")), tell(app, tenant, clock, person("noah"))
+    project(pg_settings, admin_db, app, projector, words)
+    forget(app, tenant, mira)
+    project(pg_settings, admin_db, app, projector, words)
+    topic = f"erasure-{uuid4().hex[:8]}"
+    relay = Relay(app.recorder, broker.bootstrap, topic=topic, name=f"relay-{topic}")
+    try:
+        last = app.recorder.max_notification_id() or 0
+        relay_until(relay, last)
+        records = consume(broker.bootstrap, topic, at_least=last)
+    finally:
+        relay.close()
+    carried = [m for r in records for m in decode_messages(r.value)]
+    assert sorted(m.notification_id for m in carried) == list(range(1, last + 1)), "every event"
+    payload = b"".join(bytes(r.value) + bytes(r.key or b"") for r in records)
+    assert found_in(("", [payload]), mira.canaries) == [], "no erased text on the broker"
+    assert found_in(("", [payload]), noah.canaries) == [], "nor any text in the clear"
+    assert found_in((caplog.text, []), mira.canaries + noah.canaries) == [], "nor in the logs"
