@@ -195,7 +195,8 @@ class Palimpsest(IngestCommands, ProposalCommands, ErasureCommands, RetentionCom
             edge = _parse(Edge, command.edge, "edge")
             slot = self.load(tenant_id, slot_id, Slot, "slot")
             target = slot.card(command.card_id)
-            _not_erased(target.card_id, target.value)
+            if slot.cardinality is not Cardinality.SINGLE:  # an item is revised in place
+                _not_erased(target.card_id, target.value)
             content = check_content(command.content, self.policy)
             card = StateCard(
                 card_id=self.new_id(tenant_id, command, "card"), value=content,

@@ -273,8 +273,10 @@ class SystemMachine(RuleBasedStateMachine):
     def revise(self, data: st.DataObject, value: str) -> None:
         slot_id = data.draw(st.sampled_from(list(self.slots)))
         slot = self.app.load(self.tenant, slot_id, Slot)
-        if slot.current_cards:
-            card = data.draw(st.sampled_from(slot.current_cards))
+        # an erased item is never revised in place (refused): only cards with a value are drawn
+        revisable = [c for c in slot.current_cards if not is_erased(c.value)]
+        if revisable:
+            card = data.draw(st.sampled_from(revisable))
             result = self.app.revise(self.tenant, slot_id, Revise(card_id=card.card_id,
                                                                   content=value))
             if result.case_id and result.case_id not in self.cases:
