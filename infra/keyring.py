@@ -717,15 +717,13 @@ class _Ring:
             self._pending = {**{row.key_id: row for row in cast(list[_Row], made)}, **self._pending}
 
     def flush(self) -> None:
-        with self._lock:
-            rows, self._pending = list(self._pending.values()), {}
-        if not rows:
+        made = self.take_made()
+        if not made:
             return
         try:
-            self._table.add_many(rows)
+            self._table.add_many(cast(list[_Row], made))
         except BaseException:
-            with self._lock:  # stored by the next flush; nothing sealed with them was stored
-                self._pending = {**{row.key_id: row for row in rows}, **self._pending}
+            self.restore_made(made)  # stored by the next flush; nothing sealed with them was stored
             raise
 
     def _known(self, tenant_id: str, unit: Unit) -> _Row:

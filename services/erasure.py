@@ -42,7 +42,7 @@ class ErasureCommands(BaseApplication):
                 erasure_id=erasure_id, tenant_id=tenant_id, unit=unit.value, target=target,
                 basis=command.basis, reason=command.reason, requested_by=command.requested_by,
                 key_ids=tuple(f.key_id for f in found),
-                card_ids=_ids(found, "card"), slot_ids=_slot_ids(found),
+                card_ids=_ids(found, "card"), slot_ids=_ids(found, "slot"),
                 aggregate_ids=_ids(found, "proposal", "turn", "case"), timestamp=now)
             return [erasure], WriteResult(outcome="erased", aggregate_id=erasure_id)
 
@@ -94,8 +94,4 @@ class ErasureCommands(BaseApplication):
 
 def _ids(found: list[Found], *kinds: str) -> tuple[UUID, ...]:
     return tuple(dict.fromkeys(f.unit_id for f in found if f.kind in kinds))
-
-
-def _slot_ids(found: list[Found]) -> tuple[UUID, ...]:
-    return tuple(dict.fromkeys(f.unit_id for f in found if f.kind == "slot"))
 
