@@ -14,7 +14,7 @@ RUN groupadd --system --gid 10001 palimpsest \
 
 WORKDIR /src
 COPY . .
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir ./clients/python .
 
 USER 10001:10001
 WORKDIR /home/palimpsest

@@ -7,10 +7,10 @@ STAMP := $(VENV)/.installed
 
 .PHONY: serve demo test test-containers bench bench-api bench-commands bench-ingest bench-sealing bench-erasure bench-ingest-quality bench-retrieval bench-latest-first bench-aging bench-faults bench-contention soak typecheck clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
+	$(BIN)/python -m pip install --quiet -e './clients/python[langgraph]' -e '.[dev]'
 	$(BIN)/python -m infra.pgvector_build
 	touch $(STAMP)
 
@@ -22,7 +22,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/ruff check .
-	$(BIN)/mypy domain services infra projections
+	$(BIN)/mypy domain services infra projections clients/python/palimpsest_client
 	$(BIN)/python -m pytest
 
 # The integration, pipeline and stream suites against the pgvector/pgvector and apache/kafka images
@@ -71,7 +71,7 @@ soak: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.soak
 
 typecheck: $(STAMP)
-	$(BIN)/mypy domain services infra projections
+	$(BIN)/mypy domain services infra projections clients/python/palimpsest_client
 
 clean:
 	rm -rf $(VENV) .palimpsest .pytest_cache .ruff_cache .mypy_cache

@@ -2,7 +2,7 @@
 
 The user moves Taipei → Kyoto → Kaohsiung, picks up skills, corrects a typo in the same turn,
 watches a launch date flip-flop until the third change in 30 days lands in the arbitration queue,
-and lets a commitment expire. Every write goes through :class:`services.client.Client` to a
+and lets a commitment expire. Every write goes through :class:`palimpsest_client.Client` to a
 running server — ``palimpsest serve`` in this process (on a simulated clock that walks the two
 months), or one named with ``--url`` — and from its event store through the relay, Kafka and the
 Faust projector to the read models, embeddings included. Then it prints every slot from the event
@@ -20,7 +20,8 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 from uuid import UUID, uuid4
 
-from services.client import Client
+from palimpsest_client import Client
+
 from services.commands import WriteResult
 from services.memory import Palimpsest
 from services.views import SlotView, pending_cases, slot_view

@@ -7,7 +7,7 @@ Starts ``palimpsest serve`` as a process on the embedded default, in a throwaway
 PostgreSQL, its broker, relay, Faust projector and HTTP server: the product as a user starts it),
 reads the URL and the local key from its banner, then:
 
-- remember: ``--clients`` threads, each with its own ``services.client.Client``, write
+- remember: ``--clients`` threads, each with its own ``palimpsest_client.Client``, write
   ``--writes`` state cards in all (each a slot of its own: no races), p50 / p95 per call and
   writes/s over the whole; beside the same number of bare ``INSERT``s of the same JSON body, one
   transaction each, by as many threads on connections of their own to the same server;
@@ -52,12 +52,12 @@ from typing import Any
 import numpy as np
 import psutil
 import psycopg
+from palimpsest_client import Client
 from psycopg.types.json import Jsonb
 
 from infra.embedders import create_embedder
 from infra.postgres import admin_database
 from infra.settings import Settings
-from services.client import Client
 from services.retrieval.breaker import nearest_rank
 from tests.benchmarks.bench_retrieval import (
     NOISE_DIVISOR,

@@ -16,9 +16,10 @@ import statistics
 import time
 from typing import Any
 
+from palimpsest_client import Client
+
 from infra.postgres import admin_database
 from infra.settings import Settings
-from services.client import Client
 from tests.benchmarks.bench_api import TENANT, projected, serving, settle
 from tests.benchmarks.folders import bench_folder
 

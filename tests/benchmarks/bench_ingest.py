@@ -33,10 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from palimpsest_client import Client
 
 from infra.postgres import admin_database
 from infra.settings import Settings
-from services.client import Client
 from services.retrieval.breaker import nearest_rank
 from tests.benchmarks.bench_api import TENANT, Server, start_server, stop_server
 from tests.benchmarks.folders import bench_folder

@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from palimpsest_client import Client
+
 from infra.settings import Settings
 from services.bootstrap import Services, build_services
-from services.client import Client
 from services.entrypoints.demo import Script, SimulatedClock, run_demo
 from services.keys import SCOPES
 from tests.integration.rest_server import ServedApi

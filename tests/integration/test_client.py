@@ -1,4 +1,4 @@
-"""The Python client (``services.client``), sync and async, against a real HTTP server: uvicorn on
+"""The Python client (``palimpsest_client``), sync and async, against a real HTTP server: uvicorn on
 a loopback port (``serve``'s :class:`HttpServer`) serving the REST edge on the session's embedded
 PostgreSQL; the read models are brought up to the log by the catch-up, and each read waits on the
 write's position."""
@@ -8,16 +8,14 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
+import zipfile
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
-
-from infra.postgres import Database
-from infra.settings import Settings
-from projections.worker import project_log
-from services.client import (
+from palimpsest_client import (
     APIError,
     AsyncClient,
     AuthenticationError,
@@ -26,9 +24,15 @@ from services.client import (
     NotFoundError,
     PermissionDeniedError,
 )
+
+from infra.postgres import Database
+from infra.settings import Settings
+from projections.worker import project_log
 from tests.support import new_tenant
 
 pytestmark = pytest.mark.integration
+
+CLIENT_PROJECT = Path(__file__).resolve().parents[2] / "clients" / "python"
 
 
 class Server:
@@ -172,9 +176,38 @@ def test_the_async_client_does_the_same(server: Server) -> None:
 
 
 def test_importing_the_client_loads_no_server_stack() -> None:
-    probe = ("import sys, services.client; heavy = [m for m in ('psycopg', 'eventsourcing', "
+    probe = ("import sys, palimpsest_client; heavy = [m for m in ('psycopg', 'eventsourcing', "
              "'numpy', 'faust', 'jieba', 'domain', 'infra', 'projections') if m in sys.modules]; "
              "print(heavy)")
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
                           check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_the_client_distribution_installs_alone_in_a_fresh_venv(tmp_path: Path) -> None:
+    """``pip install ./clients/python`` in a venv of its own: one top-level package, httpx as the
+    one requirement, and an import that finds no server module anywhere."""
+    wheels = tmp_path / "wheels"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(wheels),
+                    str(CLIENT_PROJECT)], check=True, timeout=300, capture_output=True)
+    (wheel,) = wheels.glob("palimpsest_client-*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        names = archive.namelist()
+        metadata = next(archive.read(n).decode() for n in names if n.endswith(".dist-info/METADATA"))
+    assert {n.split("/")[0] for n in names if not n.split("/")[0].endswith(".dist-info")} == {
+        "palimpsest_client"}
+    required = [line.split(":", 1)[1].strip() for line in metadata.splitlines()
+                if line.startswith("Requires-Dist:")]
+    assert [r for r in required if "extra ==" not in r] == ["httpx>=0.27"]
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    python = venv / "bin" / "python"
+    subprocess.run([str(python), "-m", "pip", "install", "--quiet", str(wheel)],
+                   check=True, timeout=600, capture_output=True)
+    probe = ("import importlib.util, sys, palimpsest_client; "
+             "print(sorted(m for m in ('services', 'domain', 'infra', 'projections', 'psycopg', "
+             "'eventsourcing', 'numpy') if importlib.util.find_spec(m)), palimpsest_client.Client)")
+    done = subprocess.run([str(python), "-c", probe], capture_output=True, text=True, timeout=60,
+                          check=True, cwd=tmp_path)
+    assert done.stdout.startswith("[] <class 'palimpsest_client.client.Client'>")

@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
+from palimpsest_client import Client
 
-from services.client import Client
 from tests.integration.test_serve import STOP_SECONDS, Served, projected
 
 pytestmark = pytest.mark.integration
@@ -49,7 +49,7 @@ def test_the_readme_quick_start_runs_against_serve(served: Served, tmp_path: Pat
     section = quick_start(README.read_text())
     (shown,) = [b for b in blocks(section, "") if "Palimpsest is serving" in b]
     (shell,) = [b for b in blocks(section, "sh") if "curl" in b]
-    (example,) = [b for b in blocks(section, "python") if "services.client" in b]
+    (example,) = [b for b in blocks(section, "python") if "palimpsest_client" in b]
     assert "make serve" in blocks(section, "sh")[0] and "make test" in blocks(section, "sh")[0]
 
     started = served.start()

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
+from palimpsest_client import AsyncClient, Client, PermissionDeniedError
 from typer.testing import CliRunner
 
 from domain.retention import Retention
 from infra.postgres import Database
 from infra.settings import Settings
 from services.bootstrap import Services
-from services.client import AsyncClient, Client, PermissionDeniedError
 from services.entrypoints.cli import cli
 from services.retention import RetentionWorker
 from tests.integration.api_support import client, new_tenant, ok, project, services

@@ -20,12 +20,12 @@ from uuid import uuid4
 
 import psutil
 import pytest
+from palimpsest_client import APIError, Client
 
 from infra.broker_folder import embedded_brokers
 from infra.embedded_pg import embedded_postmasters, stop_embedded
 from infra.postgres import Database
 from infra.settings import Settings
-from services.client import APIError, Client
 from tests.support import new_tenant
 
 pytestmark = pytest.mark.integration

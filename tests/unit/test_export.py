@@ -11,10 +11,10 @@ from uuid import UUID, uuid4
 
 import httpx
 import pytest
+from palimpsest_client import Client, NotFoundError
 from typer.testing import CliRunner
 
 from domain.errors import PermissionDeniedError
-from services.client import Client, NotFoundError
 from services.entrypoints.cli import cli
 from services.entrypoints.erasure_ops import ForgetInput, forget_scope
 from services.entrypoints.operations import OPERATIONS

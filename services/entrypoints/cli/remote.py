@@ -4,7 +4,7 @@
 (search, facts, history, briefing, context) and :mod:`services.entrypoints.cli.writes` (remember,
 revise, correct, verify, link, move, arbitrations).
 
-Each command is a thin client of ``palimpsest serve`` through :class:`services.client.Client`:
+Each command is a thin client of ``palimpsest serve`` through :class:`palimpsest_client.Client`:
 it loads ``httpx`` and nothing of the server (no database, no model, no tokenizer). Shared options:
 
     --url URL   the server (default PALIMPSEST_URL, else http://127.0.0.1:8765)
@@ -31,7 +31,7 @@ from typer.core import TyperGroup
 from domain.errors import PalimpsestError
 
 if TYPE_CHECKING:
-    from services.client import Client
+    from palimpsest_client import Client
 
 Url = typer.Option(None, "--url", envvar="PALIMPSEST_URL", show_default=False,
                    help="The server's URL [default: http://127.0.0.1:8765].")
@@ -68,8 +68,7 @@ def _hint(status: int, key: str | None) -> str:
 def remote(url: str | None, key: str | None, as_json: bool) -> Iterator[Client]:
     """A client of the server for one command; what goes wrong on the way becomes :func:`fail`."""
     import httpx
-
-    from services.client import DEFAULT_URL, APIError, Client
+    from palimpsest_client import DEFAULT_URL, APIError, Client
 
     where = url or DEFAULT_URL
     try:

@@ -15,7 +15,7 @@ import typer
 from services.entrypoints.cli.remote import AsJson, Key, Moment, Url, emit, remote, when
 
 if TYPE_CHECKING:
-    from services.client import Client
+    from palimpsest_client import Client
 
 
 def _print_write(result: dict[str, Any]) -> None:

@@ -20,7 +20,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from services.client import Client
+from palimpsest_client import Client
+
 from tests.benchmarks.ingest_quality.dataset import Conversation
 from tests.benchmarks.ingest_quality.metrics import Card
 

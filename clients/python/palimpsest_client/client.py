@@ -4,7 +4,7 @@
 operation, each answering the server's JSON object as a ``dict``. A 4xx or 5xx raises an
 :class:`APIError` subclass carrying the server's stable ``code``::
 
-    from services.client import Client
+    from palimpsest_client import Client
 
     with Client("http://127.0.0.1:8765", key="pk_…") as memory:
         memory.remember(kind="state", memory_type="fact", subject="user", label="address",
@@ -14,7 +14,7 @@ operation, each answering the server's JSON object as a ``dict``. A 4xx or 5xx r
 The URL and key default to ``PALIMPSEST_URL`` and ``PALIMPSEST_KEY``. Importing this module loads
 ``httpx`` and nothing of the server (no database, no broker, no model): the answers are plain
 dicts shaped as the output models of the OpenAPI document at ``/docs``
-(``services.entrypoints.schemas``, which import the query side).
+(the server's ``services.entrypoints.schemas``).
 
 Errors::
 
