@@ -39,6 +39,14 @@ VERSION_AS_OF = """v.tenant_id = c.tenant_id AND v.card_id = c.card_id
 SUPERSEDED_AS_OF = ("((c.kind <> 'event' AND NOT upper_inf(v.valid)) "
                     "OR v.status IS NOT DISTINCT FROM 'merged')")
 
+#: The row ``{a}`` is of the subject ``%(subject_prefix)s`` or of one below it (the prefix, ``:``
+#: and more): namespaces nest by whole segments, so ``a`` never matches ``ab``. Compared byte by
+#: byte (``C``), the strings that begin with ``p:`` are exactly those from ``p:`` up to ``p;``
+#: (``;`` follows ``:``), a range the ``cards_subject`` index reads.
+SUBJECT_UNDER = """({a}.subject COLLATE "C" = %(subject_prefix)s::text
+    OR ({a}.subject COLLATE "C" >= %(subject_prefix)s::text || ':'
+        AND {a}.subject COLLATE "C" < %(subject_prefix)s::text || ';'))"""
+
 _SCOPE_OF = """({a}.scope = 'personal'
     OR ({a}.scope = 'project' AND {a}.project_id = %(project_id)s)
     OR ({a}.scope = 'group' AND {a}.group_id = ANY(%(group_ids)s::text[]))
@@ -62,6 +70,21 @@ def as_of(schema: str) -> sql.Composed:
 
 def not_erased() -> sql.SQL:
     return sql.SQL(NOT_ERASED)
+
+
+#: A question narrowed to some subjects, a namespace, some agents or sessions: the condition of
+#: each on the card ``{a}``, by the name of its parameter.
+NARROWING: dict[str, str] = {
+    "subjects": '{a}.subject COLLATE "C" = ANY(%(subjects)s::text[])',
+    "subject_prefix": SUBJECT_UNDER,
+    "agent_ids": "{a}.agent_id = ANY(%(agent_ids)s::text[])",
+    "session_ids": "{a}.session_id = ANY(%(session_ids)s::text[])",
+}
+
+
+def narrowed(alias: str, names: tuple[str, ...]) -> sql.SQL:
+    """`` AND`` the conditions of the narrowing filters ``names`` on the row ``alias``."""
+    return sql.SQL("".join(" AND " + NARROWING[name].format(a=alias) for name in names))
 
 
 def visible(schema: str, as_of_query: bool, scoped: bool = True) -> sql.Composable:

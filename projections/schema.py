@@ -383,6 +383,8 @@ CREATE INDEX IF NOT EXISTS cards_bigrams ON {s}.cards USING gin (bigrams);
 CREATE INDEX IF NOT EXISTS cards_slot_since ON {s}.cards (tenant_id, aggregate_id, valid_from DESC);
 DROP INDEX IF EXISTS {s}.cards_slot;
 CREATE INDEX IF NOT EXISTS cards_type ON {s}.cards (tenant_id, memory_type);
+-- A subject's cards, and the subjects below a namespace (byte order: projections.predicates).
+CREATE INDEX IF NOT EXISTS cards_subject ON {s}.cards (tenant_id, (subject COLLATE "C"));
 -- Listing a slice of the cards, the newest recorded first (keyset pages: services.slicing).
 CREATE INDEX IF NOT EXISTS cards_recorded ON {s}.cards (tenant_id, recorded_at DESC, card_id DESC);
 -- The temporal route: what began (events: occurred) or ended inside a range.

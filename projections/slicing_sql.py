@@ -18,7 +18,7 @@ from collections.abc import Iterable, Sequence
 
 from psycopg import sql
 
-from projections.predicates import CURRENT, SUPERSEDED_AS_OF, VERSION_AS_OF
+from projections.predicates import CURRENT, NARROWING, SUPERSEDED_AS_OF, VERSION_AS_OF
 
 _EDGE_SEEN = """(%(edge)s::text IS NULL OR r.edge = %(edge)s)
       AND (%(known_at)s::timestamptz IS NULL OR r.recorded_at <= %(known_at)s)"""
@@ -69,6 +69,9 @@ FILTERS: dict[str, str] = {
     "scopes": "c.scope = ANY(%(scopes)s::text[])",
     "project_ids": "c.project_id = ANY(%(project_ids)s::text[])",
     "group_ids": "c.group_id = ANY(%(group_ids)s::text[])",
+    "subjects": NARROWING["subjects"].format(a="c"),
+    "subject_prefix": NARROWING["subject_prefix"].format(a="c"),
+    "labels": "c.label = ANY(%(labels)s::text[])",
     "agent_ids": "c.agent_id = ANY(%(agent_ids)s::text[])",
     "session_ids": "c.session_id = ANY(%(session_ids)s::text[])",
     "sources": "c.source = ANY(%(sources)s::text[])",
@@ -85,7 +88,8 @@ FILTERS: dict[str, str] = {
 GROUP_KEYS: dict[str, str] = {
     "kind": "c.kind", "memory_type": "c.memory_type", "scope": "c.scope",
     "project_id": "c.project_id", "group_id": "c.group_id", "agent_id": "c.agent_id",
-    "session_id": "c.session_id", "source": "c.source", "tag": "t.tag",
+    "session_id": "c.session_id", "source": "c.source", "tag": "t.tag", "subject": "c.subject",
+    "label": "c.label",
     "month_recorded": "to_char(c.recorded_at AT TIME ZONE %(time_zone)s::text, 'YYYY-MM')",
 }
 

@@ -28,6 +28,7 @@ from zoneinfo import ZoneInfo
 from pydantic import BaseModel, ConfigDict, Field
 
 from domain.errors import InvalidCommandError, InvalidKindError, InvalidTimeError
+from domain.rules.cardinality import normalise_label
 from domain.rules.tags import normalise_tag
 from domain.rules.validation import check_aware, check_fields
 from domain.values import CardKind, Edge, MemoryType, ScopeKind, Source
@@ -68,6 +69,12 @@ class CardSlice(BaseModel):
     scopes: list[str] | None = Field(None, description="personal, project, group, global")
     project_ids: list[str] | None = None
     group_ids: list[str] | None = None
+    subjects: list[str] | None = Field(None, description="Cards of any of these subjects (exact).")
+    subject_prefix: str | None = Field(
+        None, description="Cards of this subject or of any subject below it: the prefix, then ':' "
+        "and more (a namespace's segments are separated by ':'; 'a' never matches 'ab').")
+    labels: list[str] | None = Field(None, description="State cards of any of these slot labels "
+                                     "(normalised: 'Job Title' is job_title).")
     agent_ids: list[str] | None = None
     session_ids: list[str] | None = None
     sources: list[str] | None = Field(None, description="user_stated, agent_inferred, imported")
@@ -147,12 +154,12 @@ def count_cards(read: ReadModels, tenant_id: str, slice: CardSlice,
 
 _CHOICES: dict[str, Any] = {"kinds": CardKind, "memory_types": MemoryType, "scopes": ScopeKind,
                             "sources": Source}
-_LISTS = ("kinds", "memory_types", "scopes", "project_ids", "group_ids", "agent_ids", "session_ids",
-          "sources", "tags")
+_LISTS = ("kinds", "memory_types", "scopes", "project_ids", "group_ids", "subjects", "labels",
+          "agent_ids", "session_ids", "sources", "tags")
 _RANGES = (("valid_from", "valid_to"), ("recorded_after", "recorded_before"),
            ("occurred_after", "occurred_before"))
 _SCALARS = ("recorded_after", "recorded_before", "occurred_after", "occurred_before",
-            "confidence_below", "confidence_above", "related_to", "related_concept")
+            "confidence_below", "confidence_above", "related_to", "related_concept", "subject_prefix")
 
 
 def plan(slice: CardSlice, now: datetime) -> tuple[list[str], dict[str, Any]]:
@@ -167,7 +174,8 @@ def plan(slice: CardSlice, now: datetime) -> tuple[list[str], dict[str, Any]]:
         values = getattr(slice, name)
         if values:
             filters.append(name)
-            params[name] = [normalise_tag(v) for v in values] if name == "tags" else list(values)
+            params[name] = ([normalise_tag(v) for v in values] if name == "tags" else
+                            [normalise_label(v) for v in values] if name == "labels" else list(values))
     for name in _SCALARS:
         if getattr(slice, name) is not None:
             filters.append(name)
@@ -203,7 +211,7 @@ def _plan_times(slice: CardSlice, now: datetime, filters: list[str], params: dic
 
 
 def check(slice: CardSlice) -> None:
-    check_fields(slice.model_dump(include={*_LISTS, "edge", "related_concept", "cursor",
+    check_fields(slice.model_dump(include={*_LISTS, "edge", "related_concept", "cursor", "subject_prefix",
                                            "group_by", "recorded_during", "occurred_during",
                                            "time_zone"}))
     for name, choices in _CHOICES.items():
@@ -221,6 +229,8 @@ def check(slice: CardSlice) -> None:
             raise InvalidCommandError(f"{name}: {value} is no confidence; expected 0 to 1")
     if not 1 <= slice.limit <= MAX_LIMIT:
         raise InvalidCommandError(f"limit: {slice.limit}; expected 1 to {MAX_LIMIT}")
+    if slice.subject_prefix is not None and not slice.subject_prefix.strip():
+        raise InvalidCommandError("subject_prefix: blank; give a subject, or leave it out")
     if slice.related_concept is not None and not normalise_tag(slice.related_concept):
         raise InvalidCommandError("related_concept: names no concept")
 

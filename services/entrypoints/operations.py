@@ -172,7 +172,9 @@ def search(services: Services, who: Principal, data: s.SearchInput) -> s.SearchO
     query = queries.query(data.query, now=data.now, project_id=data.project_id,
                           group_ids=tuple(data.group_ids), include_global=data.include_global,
                           valid_at=as_of.valid_at, known_at=as_of.known_at, explain=data.explain,
-                          top_n=asked)
+                          top_n=asked, subjects=tuple(data.subjects),
+                          subject_prefix=data.subject_prefix, agent_ids=tuple(data.agent_ids),
+                          session_ids=tuple(data.session_ids))
     result = queries.search(who.tenant_id, query, services.pending.of(who.tenant_id))
     services.pending.projected(who.tenant_id, result.diagnostics.projected_position)
     cards = result.results

@@ -141,6 +141,15 @@ class SearchInput(Read):
     group_ids: list[str] = Field(default_factory=list, max_length=50)
     include_global: bool = False
     memory_types: list[str] = Field(default_factory=list, max_length=10)
+    subjects: list[str] = Field(default_factory=list, max_length=100,
+                                description="Only cards of these subjects.")
+    subject_prefix: str | None = Field(
+        default=None, min_length=1, max_length=400, description="Only cards of this subject or "
+        "of a subject below it: the prefix, then ':' and more ('a' never matches 'ab').")
+    agent_ids: list[str] = Field(default_factory=list, max_length=100,
+                                 description="Only cards these agents wrote.")
+    session_ids: list[str] = Field(default_factory=list, max_length=100,
+                                   description="Only cards of these sessions.")
     top_n: int | None = Field(default=None, ge=1, le=50)
     explain: bool = False
 

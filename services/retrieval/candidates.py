@@ -1,7 +1,8 @@
 """Loading what the routes found, in two statements: the card as the query sees it (the current row,
 or for an as-of query the version known then) with its ``contradicts`` edges; and the pending
 arbitration cases of the returned cards' slots. A tombstone (an erased card) is never loaded, so
-no route's find of one reaches an answer; a case shows no erased value."""
+no route's find of one reaches an answer; a case shows no erased value. Nor is a card outside the
+query's narrowing (subjects, a namespace, agents, sessions), whichever route found it."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
-from projections.predicates import CURRENT, NOT_ERASED, SUPERSEDED_AS_OF, VERSION_AS_OF
+from projections.predicates import CURRENT, NOT_ERASED, SUPERSEDED_AS_OF, VERSION_AS_OF, narrowed
 from services.retrieval.query import RetrievalQuery, RouteContext, parameters
 from services.retrieval.results import ArbitrationAlert
 from services.retrieval.scoring import Candidate
@@ -48,7 +49,8 @@ def load_candidates(conn: psycopg.Connection[Any], ctx: RouteContext, query: Ret
                     ids: Collection[UUID]) -> tuple[dict[UUID, Candidate], dict[UUID, dict[str, Any]]]:
     if not ids:
         return {}, {}
-    statement = sql.SQL(_AS_OF if query.as_of else _CURRENT).format(s=ctx.s)
+    statement = sql.SQL(_AS_OF if query.as_of else _CURRENT).format(s=ctx.s) + narrowed(
+        "c", query.narrowing)
     wanted = list(ids)
     rows = conn.execute(statement, {**parameters(query), "ids": wanted}).fetchall()
     contradicts: dict[UUID, list[UUID]] = {}

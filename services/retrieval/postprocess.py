@@ -41,6 +41,9 @@ class PendingWrite:
 
     position: int
     candidate: Candidate
+    #: The write's provenance, for a question narrowed to agents or sessions.
+    agent_id: str | None = None
+    session_id: str | None = None
 
 
 SlotKey = tuple[str, str | None, str | None, str | None, str | None]
@@ -253,7 +256,7 @@ def pending_state(command: Any, result: Any, recorded_at: datetime) -> PendingWr
             project_id=command.project_id, subject=command.subject, label=command.label,
             value=command.content, valid_from=command.valid_from or recorded_at, valid_to=None,
             occurred_at=None, recorded_at=recorded_at, verified_at=None, superseded=False,
-            group_id=command.group_id))
+            group_id=command.group_id), command.agent_id, command.session_id)
     if command.kind not in ("event", "knowledge"):
         return None
     occurred = (command.occurred_at or recorded_at) if command.kind == "event" else None
@@ -262,4 +265,5 @@ def pending_state(command: Any, result: Any, recorded_at: datetime) -> PendingWr
         project_id=command.project_id, subject=command.subject, label=None,
         value=command.content, valid_from=occurred or recorded_at, valid_to=None,
         occurred_at=occurred, recorded_at=recorded_at, verified_at=None, superseded=False,
-        group_id=command.group_id, memory_type=command.memory_type))
+        group_id=command.group_id, memory_type=command.memory_type), command.agent_id,
+        command.session_id)

@@ -39,11 +39,19 @@ class RetrievalQuery:
     known_at: datetime | None = None
     explain: bool = False
     top_n: int | None = None
+    #: Narrowing: only cards of these subjects, of this subject or below it (``a:…``), written by
+    #: these agents, in these sessions (each empty: no narrowing on it).
+    subjects: tuple[str, ...] = ()
+    subject_prefix: str | None = None
+    agent_ids: tuple[str, ...] = ()
+    session_ids: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # the command boundary's text hygiene (InvalidTextError naming the field): a NUL byte or a
         # lone surrogate would otherwise fail inside a route's SQL, as a database error
-        check_fields({"text": self.text, "project_id": self.project_id, "group_ids": self.group_ids})
+        check_fields({"text": self.text, "project_id": self.project_id, "group_ids": self.group_ids,
+                      "subjects": self.subjects, "subject_prefix": self.subject_prefix,
+                      "agent_ids": self.agent_ids, "session_ids": self.session_ids})
         if not self.text.strip():
             raise InvalidCommandError("the query is empty")
         if len(self.text) > MAX_QUERY_CHARS:
@@ -56,6 +64,21 @@ class RetrievalQuery:
             raise InvalidCommandError("known_at lies after now: nothing is known about the future yet")
         if self.top_n is not None and self.top_n < 1:
             raise InvalidCommandError("top_n must be at least 1")
+
+    @property
+    def narrowing(self) -> tuple[str, ...]:
+        """The narrowing filters the query sets, by name (``projections.predicates.NARROWING``)."""
+        return tuple(name for name in predicates.NARROWING if getattr(self, name))
+
+    def keeps(self, subject: str | None, agent_id: str | None, session_id: str | None) -> bool:
+        """Whether a card with this subject and provenance passes the narrowing (in Python, for
+        writes the read models do not hold yet)."""
+        prefix = self.subject_prefix
+        return ((not self.subjects or subject in self.subjects)
+                and (prefix is None or subject == prefix
+                     or (subject or "").startswith(prefix + ":"))
+                and (not self.agent_ids or agent_id in self.agent_ids)
+                and (not self.session_ids or session_id in self.session_ids))
 
     @property
     def as_of(self) -> bool:
@@ -91,8 +114,10 @@ class RetrievalQuery:
 def visible(query: RetrievalQuery, schema: str) -> sql.Composable:
     """A condition on the card ``c`` (a row of ``cards``): may the query see it? Its parameters
     come from :func:`parameters`. Checked row by row, so a route that has found 20 cards checks 20.
-    The predicates are the read models' own (``projections.predicates``)."""
-    return predicates.visible(schema, query.as_of)
+    The predicates are the read models' own (``projections.predicates``), and the query's
+    narrowing."""
+    seen = predicates.visible(schema, query.as_of)
+    return seen + predicates.narrowed("c", query.narrowing) if query.narrowing else seen
 
 
 def scope_of(alias: str) -> sql.SQL:
@@ -103,7 +128,9 @@ def scope_of(alias: str) -> sql.SQL:
 def parameters(query: RetrievalQuery) -> dict[str, Any]:
     valid_at, known_at = query.window
     return {"project_id": query.project_id, "group_ids": list(query.group_ids),
-            "include_global": query.include_global, "valid_at": valid_at, "known_at": known_at}
+            "include_global": query.include_global, "valid_at": valid_at, "known_at": known_at,
+            "subjects": list(query.subjects), "subject_prefix": query.subject_prefix,
+            "agent_ids": list(query.agent_ids), "session_ids": list(query.session_ids)}
 
 
 @dataclass(frozen=True)

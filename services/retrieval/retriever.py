@@ -138,7 +138,9 @@ class Retriever:
             projected = self.read.position(conn, tenant_id) if pending else None
             unprojected = [w for w in pending if projected is None or w.position > projected]
             if not query.as_of:
-                fused |= fresh_scores(unprojected, query, leads, fused)
+                kept = [w for w in unprojected if query.keeps(
+                    w.candidate.subject, w.agent_id, w.session_id)]
+                fused |= fresh_scores(kept, query, leads, fused)
             present = asks_about_now(query)
 
             def rank(candidates: dict[UUID, Candidate]) -> Outcome:
@@ -340,7 +342,7 @@ def _pending_record(write: PendingWrite) -> dict[str, Any]:
             "label": c.label, "cardinality": c.cardinality, "value": c.value, "title": None,
             "status": None, "valid_from": c.valid_from, "valid_to": c.valid_to,
             "occurred_at": c.occurred_at, "recorded_at": c.recorded_at, "verified_at": c.verified_at,
-            "superseded": c.superseded, "source": "pending", "agent_id": None,
+            "superseded": c.superseded, "source": "pending", "agent_id": write.agent_id,
             "inference_confidence": None, "due_at": None, "owner": None}
 
 

@@ -127,7 +127,22 @@ class TestParameters:
     def test_a_current_query(self) -> None:
         assert parameters(query(project_id="fibon", group_ids=("family", "team"))) == {
             "project_id": "fibon", "group_ids": ["family", "team"], "include_global": False,
-            "valid_at": NOW, "known_at": NOW}
+            "valid_at": NOW, "known_at": NOW, "subjects": [], "subject_prefix": None,
+            "agent_ids": [], "session_ids": []}
+
+    def test_a_narrowed_query_adds_each_narrowing_to_what_it_sees(self) -> None:
+        q = query(subjects=("a",), subject_prefix="ns", agent_ids=("scout",), session_ids=("s1",))
+        text = statement(q)
+        for placeholder in ("subjects", "subject_prefix", "agent_ids", "session_ids"):
+            assert f"%({placeholder})s" in text
+        assert set(re.findall(r"%\((\w+)\)s", text)) <= set(parameters(q))
+        assert "%(subject_prefix)s" not in statement(query())
+
+    def test_the_narrowing_keeps_a_namespace_by_whole_segments(self) -> None:
+        q = query(subject_prefix="a")
+        assert q.keeps("a", None, None) and q.keeps("a:b:c", None, None)
+        assert not q.keeps("ab", None, None) and not q.keeps(None, None, None)
+        assert not query(agent_ids=("x",)).keeps("a", "y", None)
 
     def test_an_as_of_query_passes_its_window(self) -> None:
         params = parameters(query(valid_at=VALID, include_global=True))
