@@ -10,9 +10,11 @@ queued write joins it as one more proposal, and one decision settles them all (d
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum
+from itertools import count
 from uuid import UUID
 
 from eventsourcing.domain import event
@@ -79,8 +81,23 @@ def _span(card: StateCard) -> Span:
 
 class Slot(TenantAggregate):
     @staticmethod
-    def create_id(tenant_id: str, scope: Scope, subject: str, label: str) -> UUID:
-        return derived_id("slot", tenant_id, scope.key, subject, label)
+    def create_id(tenant_id: str, scope: Scope, subject: str, label: str, generation: int = 0
+                  ) -> UUID:
+        """The slot of ``(tenant, scope, subject, label)``. A slot whose subject and label were
+        erased stays forgotten (its key is gone): the next write to the same subject and label
+        opens the next ``generation``, a slot of its own, with nothing of the old one's history."""
+        return derived_id("slot", tenant_id, scope.key, subject, label,
+                          *((generation,) if generation else ()))
+
+    @staticmethod
+    def generations(tenant_id: str, scope: Scope, subject: str, label: str) -> Iterator[UUID]:
+        """The ids of the generations of a slot, oldest first, without end."""
+        return (Slot.create_id(tenant_id, scope, subject, label, n) for n in count())
+
+    @property
+    def forgotten(self) -> bool:
+        """Whether an erasure took the slot's subject or label (its key is destroyed)."""
+        return is_erased(self.subject) or is_erased(self.label)
 
     @event("Opened")
     def __init__(

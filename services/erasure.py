@@ -70,10 +70,10 @@ class ErasureCommands(BaseApplication):
                 raise CardNotFoundError(f"no card {command.card_id}")
             return str(command.card_id), ring.find(tenant_id, cards=[command.card_id])
         if unit is ErasureUnit.SLOT:
-            slot_id = command.slot_id or self._slot_id(tenant_id, command)
-            if not ring.ever_made(tenant_id, "slot", slot_id):
-                raise CardNotFoundError(f"no slot {slot_id}")
-            return str(slot_id), ring.find(tenant_id, slots=[slot_id])
+            slots = [command.slot_id] if command.slot_id else self._slot_ids(tenant_id, command, ring)
+            if not slots or not ring.ever_made(tenant_id, "slot", slots[0]):
+                raise CardNotFoundError(f"no slot {command.slot_id or f'{command.subject}/{command.label}'}")
+            return str(slots[-1]), ring.find(tenant_id, slots=slots)
         if unit is ErasureUnit.SUBJECT:
             if command.subject is None:
                 raise InvalidCommandError("erasing a subject needs the subject")
@@ -85,11 +85,18 @@ class ErasureCommands(BaseApplication):
             return command.session_id, ring.find(tenant_id, sessions=[command.session_id])
         return tenant_id, ring.find(tenant_id, whole=True)
 
-    def _slot_id(self, tenant_id: str, command: Erase) -> UUID:
+    def _slot_ids(self, tenant_id: str, command: Erase, ring: KeyRing) -> list[UUID]:
+        """Every generation of the slot a subject and label name that was ever made, oldest
+        first (``Slot.create_id``): forgetting the slot forgets them all."""
         if command.subject is None or command.label is None:
             raise InvalidCommandError("erasing a slot needs its slot_id, or its subject and label")
-        return Slot.create_id(tenant_id, command.parsed_scope(), command.subject,
-                              normalise_label(command.label))
+        made: list[UUID] = []
+        for slot_id in Slot.generations(tenant_id, command.parsed_scope(), command.subject,
+                                        normalise_label(command.label)):
+            if not ring.ever_made(tenant_id, "slot", slot_id):
+                return made
+            made.append(slot_id)
+        raise AssertionError("unreachable: the generations never end")
 
 
 def _ids(found: list[Found], *kinds: str) -> tuple[UUID, ...]:

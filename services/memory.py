@@ -27,7 +27,7 @@ from domain.rules.cardinality import decide_cardinality, normalise_label
 from domain.rules.tags import normalise_tags
 from domain.rules.validation import check_aware, check_content, check_not_future
 from domain.slot import Outcome, Slot, WriteOutcome
-from domain.values import Cardinality, CardKind, Edge, MemoryType, parse_kind
+from domain.values import Cardinality, CardKind, Edge, MemoryType, Scope, parse_kind
 from services.application import BaseApplication
 from services.commands import (
     Arbitrate,
@@ -111,16 +111,27 @@ class Palimpsest(IngestCommands, ProposalCommands, ErasureCommands, RetentionCom
               now: datetime) -> Slot:
         scope, label = command.parsed_scope(), normalise_label(command.label or "")
         subject = check_content(command.subject or "", self.policy, "subject")
-        slot = self.find(tenant_id, Slot.create_id(tenant_id, scope, subject, label), Slot)
+        slot_id, slot = self.live_slot(tenant_id, scope, subject, label)
         if slot is not None:
             return slot
         decision = decide_cardinality(label, declared)
-        return Slot(
+        return Slot._create(  # type: ignore[attr-defined]
+            Slot.Opened, id=slot_id,  # type: ignore[attr-defined]
             tenant_id=tenant_id, scope=scope, subject=subject, label=label,
             cardinality=decision.cardinality.value,
             declared_cardinality=decision.declared.value if decision.declared else None,
             timestamp=now,
         )
+
+    def live_slot(self, tenant_id: str, scope: Scope, subject: str, label: str
+                  ) -> tuple[UUID, Slot | None]:
+        """The slot a write to ``subject``/``label`` lands in: its id, and the slot unless it is
+        new. A generation an erasure forgot is passed over (``Slot.create_id``)."""
+        for slot_id in Slot.generations(tenant_id, scope, subject, label):
+            slot = self.find(tenant_id, slot_id, Slot)
+            if slot is None or not slot.forgotten:
+                return slot_id, slot
+        raise AssertionError("unreachable: the generations never end")
 
     def _cases(
         self, slot: Slot, outcome: WriteOutcome, new_case: UUID, now: datetime

@@ -20,7 +20,7 @@ from fastapi import Body, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials
-from pydantic import AwareDatetime, BaseModel, ConfigDict, ValidationError, create_model
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from domain.errors import InvalidCommandError, PalimpsestError, PayloadTooLargeError
 from services.bootstrap import Services
@@ -309,6 +309,7 @@ else:
     CardsQuery = create_model(
         "CardsQuery", __config__=ConfigDict(extra="forbid"),
         valid_at=(AwareDatetime | None, None), known_at=(AwareDatetime | None, None),
+        min_position=(int | None, Field(None, ge=0)),
         **{name: (f.annotation, f) for name, f in CardSlice.model_fields.items() if name != "as_of"})
 
 

@@ -241,17 +241,19 @@ def status(services: Services, who: Principal, data: s.StatusInput) -> s.StatusO
 
 
 def list_cards(services: Services, who: Principal, data: s.CardsInput) -> CardPage:
+    fresh(services, who, data)
     return slicing.list_cards(services.queries.read, who.tenant_id, _slice(data),
                               services.queries.now())
 
 
 def count_cards(services: Services, who: Principal, data: s.CardsInput) -> CardCounts:
+    fresh(services, who, data)
     return slicing.count_cards(services.queries.read, who.tenant_id, _slice(data),
                                services.queries.now())
 
 
 def _slice(data: s.CardsInput) -> CardSlice:
-    return CardSlice(**data.model_dump(exclude={"tenant_id"}))
+    return CardSlice(**data.model_dump(exclude={"tenant_id", "min_position"}))
 
 
 def _table(*operations: Operation[Any, Any]) -> dict[str, Operation[Any, Any]]:

@@ -178,6 +178,10 @@ class StatusInput(Request):
 class CardsInput(CardSlice, Tenanted):
     """A slice of the tenant's cards (``services.slicing``)."""
 
+    min_position: int | None = Field(
+        default=None, ge=0, description="A write's position: wait (bounded) until the read models "
+        "include it before listing.")
+
 
 class MemoryCard(StoredCard):
     """A card as the read models hold it now (``superseded`` once replaced)."""
@@ -224,12 +228,14 @@ class BriefingOutput(Briefing, Answered):
 
 
 class ArbitrationCase(BaseModel):
+    """A pending case; a text erased since it was opened reads as None (DESIGN §7)."""
+
     case_id: UUID
     slot_id: UUID
-    subject: str
-    label: str
-    current_values: list[str]
-    proposed_value: str
+    subject: str | None
+    label: str | None
+    current_values: list[str | None]
+    proposed_value: str | None
     proposed_card_id: UUID
     proposed_valid_from: datetime
     reason: str

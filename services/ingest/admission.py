@@ -17,7 +17,6 @@ from uuid import UUID
 
 from domain.proposal import ProposalEdge, ProposalKind
 from domain.rules.cardinality import normalise_label
-from domain.slot import Slot
 from domain.values import Cardinality
 from services.commands import Remember
 from services.consolidation import Propose
@@ -108,8 +107,7 @@ def twin_proposal(app: Any, tenant_id: str, command: Remember, card_id: UUID,
     the twin holds no current value."""
     assert command.subject is not None and command.label is not None
     scope, twin = command.parsed_scope(), str(resolution["twin"])
-    slot = app.find(tenant_id, Slot.create_id(tenant_id, scope, command.subject,
-                                              normalise_label(twin)), Slot)
+    _, slot = app.live_slot(tenant_id, scope, command.subject, normalise_label(twin))
     current = sorted(slot.current_cards, key=lambda c: c.valid_from) if slot is not None else []
     if not current:
         return None

@@ -169,6 +169,32 @@ def test_a_slot_by_subject_and_label_and_who_asked_is_the_key(
     assert set(erased["card_ids"]) == {taipei["card_id"], kyoto["card_id"]}
 
 
+def test_a_slot_forgotten_then_written_again_starts_afresh_and_is_found(
+        client: TestClient, services: Services, admin_db: Database, me: Caller) -> None:
+    """The forgotten slot keeps its tombstones; the next write to the same subject and label opens
+    a slot of its own (its next generation), found by them, with no history of the old one (no
+    change counted against it), and forgetting the slot again forgets both generations."""
+    taipei, kyoto = _moved(client, services, admin_db, me)
+    forget = {"unit": "slot", "subject": "user", "label": "address"}
+    ok(client.post("/v1/erasures", headers=me.headers, json=forget), 202)
+    for city in ("Osaka", "Nara"):  # two changes after the erasure: the old two do not count
+        written = ok(client.post("/v1/memories", headers=me.headers, json=address(city)))
+    assert written["outcome"] == "superseded"
+    assert written["aggregate_id"] not in (taipei["aggregate_id"], kyoto["aggregate_id"])
+    project(services, admin_db)
+    assert _values(client, me)[:1] == ["Nara"]
+    listed = ok(client.get("/v1/cards", headers=me.headers,
+                           params={"subjects": ["user"], "labels": ["address"]}))
+    assert [c["content"] for c in listed["cards"]] == ["Nara"]
+    history = ok(client.get("/v1/history", headers=me.headers, params={"ref": "user/address"}))
+    assert {c["versions"][-1]["value"] for c in history["cards"]} == {"Osaka", "Nara"}
+    again = ok(client.post("/v1/erasures", headers=me.headers, json=forget), 202)
+    assert {written["card_id"]} <= set(again["card_ids"])
+    assert taipei["card_id"] not in again["card_ids"]  # its key is long gone
+    project(services, admin_db)
+    assert "Nara" not in _values(client, me)
+
+
 def test_an_idempotency_key_erases_once(client: TestClient, services: Services,
                                         admin_db: Database, me: Caller) -> None:
     taipei, _ = _moved(client, services, admin_db, me)
