@@ -33,7 +33,7 @@ from domain.rules.tags import normalise_tag
 from domain.rules.validation import check_aware, check_fields
 from domain.values import CardKind, Edge, MemoryType, ScopeKind, Source
 from projections.slicing_sql import GROUP_KEYS, counting, listing
-from services.readmodels import CardRecord, ReadModels
+from services.readmodels import CardRecord, Freshness, ReadModels
 from services.timeexpr import AmbiguousTimeError, TimeRange, resolve
 
 MAX_LIMIT = 500
@@ -110,6 +110,8 @@ class CardPage(BaseModel):
     cards: list[SlicedCard]
     #: Pass it as ``cursor`` for the next page; None on the last.
     next_cursor: str | None
+    #: Set when the listing passed ``min_position``: whether the read models included it.
+    freshness: Freshness | None = None
 
 
 class GroupCount(BaseModel):
@@ -122,6 +124,8 @@ class CardCounts(BaseModel):
     counts: list[GroupCount]
     #: The cards the slice keeps (under ``group_by="tag"`` a card counts once per tag).
     total: int
+    #: Set when the count passed ``min_position``: whether the read models included it.
+    freshness: Freshness | None = None
 
 
 def list_cards(read: ReadModels, tenant_id: str, slice: CardSlice,

@@ -241,15 +241,17 @@ def status(services: Services, who: Principal, data: s.StatusInput) -> s.StatusO
 
 
 def list_cards(services: Services, who: Principal, data: s.CardsInput) -> CardPage:
-    fresh(services, who, data)
-    return slicing.list_cards(services.queries.read, who.tenant_id, _slice(data),
+    freshness = fresh(services, who, data)
+    page = slicing.list_cards(services.queries.read, who.tenant_id, _slice(data),
                               services.queries.now())
+    return page.model_copy(update={"freshness": freshness})
 
 
 def count_cards(services: Services, who: Principal, data: s.CardsInput) -> CardCounts:
-    fresh(services, who, data)
-    return slicing.count_cards(services.queries.read, who.tenant_id, _slice(data),
-                               services.queries.now())
+    freshness = fresh(services, who, data)
+    counts = slicing.count_cards(services.queries.read, who.tenant_id, _slice(data),
+                                 services.queries.now())
+    return counts.model_copy(update={"freshness": freshness})
 
 
 def _slice(data: s.CardsInput) -> CardSlice:
