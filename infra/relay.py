@@ -107,7 +107,7 @@ class Relay:
         events_per_message: int = 100,
         check_interval: float = 5.0, request_timeout_ms: int = 10_000,
         delivery_timeout_ms: int = 30_000, schema: str | None = None,
-        topics: Sequence[str] = (),
+        topics: Sequence[str] = (), embedded_broker: bool = False,
     ) -> None:
         self.recorder = recorder
         self.bootstrap = bootstrap
@@ -128,6 +128,9 @@ class Relay:
         self.last_error: BaseException | None = None
         #: How often this relay found the broker had lost messages and started again from 0.
         self.resets = 0
+        #: Whether the broker is the data folder's embedded one, which keeps its topics in memory:
+        #: its start is empty by design, and republishing is routine (told at INFO, not WARNING).
+        self.embedded_broker = embedded_broker
         #: When :meth:`run` last came round its loop (monotonic) and last published (wall clock).
         self.ticked_at: float | None = None
         self.published_at: float | None = None
@@ -143,6 +146,7 @@ class Relay:
         cls, recorder: PostgresApplicationRecorder, settings: Settings, bootstrap: str,
         name: str = "main", **options: Any,
     ) -> Relay:
+        options.setdefault("embedded_broker", not settings.kafka_bootstrap)
         return cls(
             recorder, bootstrap, topic=settings.kafka_topic, partitions=settings.kafka_partitions,
             name=name, schema=settings.event_schema,
@@ -157,6 +161,7 @@ class Relay:
         """The ingest relay: only the turns handed to the extraction worker
         (:data:`INGEST_EVENTS`), to ``settings.kafka_ingest_topic``, from its own position (the
         ``relay_position`` row ``name``)."""
+        options.setdefault("embedded_broker", not settings.kafka_bootstrap)
         return cls(
             recorder, bootstrap, topic=settings.kafka_ingest_topic,
             partitions=settings.kafka_partitions, name=name, schema=settings.event_schema,
@@ -303,11 +308,19 @@ class Relay:
 
     def _reset(self, reason: str, topic_id: str | None) -> None:
         state = self.state
-        log.warning(
-            "relay %s: the broker lost messages of %s (%s); republishing the log from the start"
-            " (position was %d, %d messages acknowledged)",
-            self.name, self.topic, reason, state.position, state.published,
-        )
+        if self.embedded_broker:  # its topics live in memory: every start of it is empty
+            log.info(
+                "relay %s: the embedded broker starts empty (it keeps topics in memory); "
+                "republishing the %d events up to position %d from the event store to %s, "
+                "nothing is lost (%s)",
+                self.name, state.published, state.position, self.topic, reason,
+            )
+        else:
+            log.warning(
+                "relay %s: the broker lost messages of %s (%s); republishing the log from the start"
+                " (position was %d, %d messages acknowledged)",
+                self.name, self.topic, reason, state.position, state.published,
+            )
         self._save(RelayState(position=0, published=0, topic=self.topic, topic_id=topic_id))
         self.resets += 1
         self._restart_feed()

@@ -14,7 +14,12 @@ Identity comes only from an API key. Over HTTP every request carries ``Authoriza
 <key>``, checked against the key store before the MCP transport sees it (a missing, unknown or
 revoked key: 401); a session is bound to the key that opened it. Over stdio the key is
 ``PALIMPSEST_KEY``, checked at start and again at every call, so a revoked key stops working at
-once. An error is a tool error carrying REST's body (``{"error": {code, message, retryable}}``).
+once. An error is a tool error carrying REST's body (``{"error": {code, message, retryable}}``) as
+its structured content and, as JSON, its text — arguments that do not fit the tool's schema
+included: they are checked here, not by the SDK, so they are REST's typed ``invalid_request``
+(naming each field and the rule it broke), never the SDK's bare validation text.
+
+The server names itself ``palimpsest`` with the installed package's version.
 
 DNS-rebinding protection is always on: the ``Host`` and ``Origin`` headers must name this server
 (the loopback names; bound beyond loopback, also the machine's names and the address bound).
@@ -29,6 +34,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from typing import Any, cast
 
 import anyio
@@ -171,8 +177,26 @@ def create_mcp(services: Services, *, key: str | None = None) -> MCPServer[Any]:
         return services.keys.authenticate(key)
 
     tools = [_tool(services, spec, principal) for spec in tool_specs()]
-    return MCPServer(SERVER_NAME, title="Palimpsest", instructions=INSTRUCTIONS, tools=tools,
-                     log_level="WARNING", warn_on_duplicate_tools=False)
+    return MCPServer(SERVER_NAME, title="Palimpsest", version=server_version(),
+                     instructions=INSTRUCTIONS, tools=tools, log_level="WARNING",
+                     warn_on_duplicate_tools=False)
+
+
+def server_version() -> str:
+    """The installed ``palimpsest`` package's version, which the server reports to clients."""
+    try:
+        return version("palimpsest")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "0+unknown"
+
+
+class CheckedHere(FuncMetadata):
+    """A tool's arguments handed over as the client sent them (JSON given as a string already
+    parsed, as the SDK does), so the tool checks them itself and answers a mismatch as REST does
+    (``invalid_request``) instead of the SDK's validation text."""
+
+    def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
+        return {"given": self.pre_parse_json(arguments_to_validate)}
 
 
 def _tool(services: Services, spec: ToolSpec, principal: Authenticate) -> Tool:
@@ -180,7 +204,7 @@ def _tool(services: Services, spec: ToolSpec, principal: Authenticate) -> Tool:
     arguments, decode = arguments_of(operation.input)
     model = cast(type[ArgModelBase], type(arguments.__name__, (arguments, ArgModelBase), {}))
 
-    def call(ctx: Context[Any, Any], **given: Any) -> CallToolResult:
+    def call(ctx: Context[Any, Any], given: dict[str, Any]) -> CallToolResult:
         try:  # in REST's order: shape and size, then the key, then the use case
             payload = operation.parse(services, decode(arguments.model_validate(given)))
             output = operation.run(services, principal(ctx), payload)
@@ -192,16 +216,19 @@ def _tool(services: Services, spec: ToolSpec, principal: Authenticate) -> Tool:
 
     return Tool(fn=call, name=spec.name, title=spec.title, description=operation.summary,
                 parameters=model.model_json_schema(by_alias=True),
-                fn_metadata=FuncMetadata(arg_model=model, output_model=operation.output),
+                fn_metadata=CheckedHere(arg_model=model, output_model=operation.output),
                 is_async=False, context_kwarg="ctx", annotations=hints(operation, spec.title))
 
 
 def _error(tool: str, error: Exception) -> CallToolResult:
+    """REST's error body, as the structured content and as the text (a client that shows only
+    text shows the same JSON)."""
     found = answer(error)
     if found.status >= 500:
         log.error("MCP tool %s failed", tool, exc_info=error)
-    return CallToolResult(content=[TextContent(type="text", text=tool_error_text(error))],
-                          structured_content=found.body(), is_error=True)
+    body = found.body()
+    return CallToolResult(content=[TextContent(type="text", text=json.dumps(body, ensure_ascii=False))],
+                          structured_content=body, is_error=True)
 
 
 # --- streamable HTTP -------------------------------------------------------------------------

@@ -24,7 +24,8 @@ def run_relay(settings: Settings, stop: threading.Event | None = None, name: str
     app = open_event_log(settings)
     kafka = Kafka(settings)
     watch(shutdown, kafka)
-    relay = Relay.from_settings(app.recorder, settings, kafka.bootstrap, name=name)  # type: ignore[arg-type]
+    relay = Relay.from_settings(app.recorder, settings, kafka.bootstrap, name=name,  # type: ignore[arg-type]
+                                embedded_broker=kafka.keeper is not None)
     probes: dict[str, Callable[[], Beat | None]] = {"relay": relay.beat, "broker": kafka.beat}
     if kafka.keeper is None:  # an external cluster: the relay says whether it answers
         probes["broker"] = lambda: Beat(relay.last_error is None and relay.beat().alive,

@@ -30,6 +30,8 @@ lost; the relay and projector catch up at the next start), then the pipeline, th
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import logging
 import socket
 import threading
@@ -86,6 +88,13 @@ class Endpoints:
         lines.append("Ctrl-C stops it.")
         return lines
 
+    def to_dict(self, settings: Settings) -> dict[str, Any]:
+        """The banner as one JSON object (``serve --json``): the secret only when just made."""
+        return {"rest": f"{self.url}/v1", "docs": f"{self.url}/docs", "mcp": self.mcp,
+                "tenant_id": self.tenant_id, "key_id": self.key_id, "key": self.key,
+                "database": "external" if settings.database_url else str(settings.data_dir),
+                "broker": settings.kafka_bootstrap or "embedded"}
+
 
 def default_key(keys: Any, tenant_id: str = DEFAULT_TENANT) -> tuple[str, str | None]:
     """The default tenant's key: ``(key id, secret)`` when made now, ``(key id, None)`` when one
@@ -98,19 +107,40 @@ def default_key(keys: Any, tenant_id: str = DEFAULT_TENANT) -> tuple[str, str | 
     return info.key_id, secret
 
 
+class CannotListenError(OSError):
+    """The HTTP socket cannot be bound: its message names the address and what to pass instead."""
+
+
 def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (port 0: a free one)."""
+    """A listening TCP socket on ``host:port`` (port 0: a free one); :class:`CannotListenError`
+    when the port is taken or not this user's, or the address not this machine's."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
         sock.listen(2048)
-    except OSError:
+    except OSError as error:
         sock.close()
-        raise
+        refused = CannotListenError(why_not(host, port, error))
+        refused.errno = error.errno
+        raise refused from error
     sock.set_inheritable(False)
     return sock
+
+
+def why_not(host: str, port: int, error: OSError) -> str:
+    """What a user reads when ``host:port`` cannot be listened on, and what to pass instead."""
+    if error.errno == errno.EADDRINUSE:
+        return (f"port {port} on {host} is already in use (another palimpsest serve?): pass "
+                "--port with a free one, or --port 0 for any free port (the default: "
+                "PALIMPSEST_API_PORT)")
+    if error.errno == errno.EACCES:
+        return (f"port {port} on {host} is not this user's to listen on (below 1024?): pass "
+                "--port with another one")
+    if error.errno == errno.EADDRNOTAVAIL:
+        return f"{host} is no address of this machine: pass --host, e.g. 127.0.0.1"
+    return f"cannot listen on {host}:{port}: {error.strerror or error}"
 
 
 class HttpServer:
@@ -335,14 +365,17 @@ def serving(settings: Settings, shutdown: Shutdown, **options: Any) -> Iterator[
 
 def run_serve(settings: Settings, *, host: str | None = None, port: int | None = None,
               mcp: bool = True, local_key: bool | None = None,
-              say: Callable[[str], None] = print) -> int:
-    """``palimpsest serve``: run until SIGINT/SIGTERM; 0, or the projector's ``FAILED_EXIT``."""
+              say: Callable[[str], None] = print, as_json: bool = False) -> int:
+    """``palimpsest serve``: run until SIGINT/SIGTERM; 0, or the projector's ``FAILED_EXIT``.
+    Once it answers, ``say`` is told where: the banner's lines, or one JSON object."""
     shutdown = process_shutdown("serve", settings, deadline=STOP_DEADLINE)
     try:
         with serving(settings, shutdown, host=host, port=port, mcp=mcp,
                      local_key=local_key) as service:
             assert service.endpoints is not None
-            for line in service.endpoints.banner(service.settings):
+            if as_json:
+                say(json.dumps(service.endpoints.to_dict(service.settings)))
+            for line in () if as_json else service.endpoints.banner(service.settings):
                 say(line)
             return service.supervise()
     finally:

@@ -197,12 +197,18 @@ def test_status_on_a_data_folder_never_initialised_says_how_to_fix_it(folder: Fo
         assert result.returncode == 2 and "palimpsest init-db" in out and "Traceback" not in out, out
     assert json.loads(folder.run("status", "--json").stdout)["error"]
     assert not (folder.data / "pg").exists(), "status made a database"
+    relay = folder.run("relay")  # a process command refuses it too, and makes nothing
+    assert relay.returncode == 2 and "palimpsest init-db" in relay.stderr, relay.stderr
+    assert not folder.data.exists(), "relay made a data folder"
     start_embedded(folder.data)  # a server without the event store: no roles, no tables
     result = folder.run("status")
     assert result.returncode == 2 and "init-db" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_embedded_servers_stop_with_their_process_and_are_found_after_kill_9(folder: Folder) -> None:
+    made = folder.run("init-db")  # the relay opens a data folder; it makes none
+    assert made.returncode == 0, made.stderr
+    wait_until(lambda: not folder.servers(), 10, "init-db's server stopped")
     relay = folder.spawn("relay")
     wait_until(folder.broker, 60, "a broker")
     stop_in_time(relay, signal.SIGTERM)

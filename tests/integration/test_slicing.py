@@ -9,15 +9,12 @@ and cards by an agent of the same name, so a leak would show as B's card in A's 
 
 from __future__ import annotations
 
-import json
-import os
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import pytest
-from typer.testing import CliRunner
 
 from domain.errors import InvalidCommandError
 from infra.postgres import Database
@@ -296,37 +293,4 @@ def test_another_tenants_cards_never_appear(world: World, pg_settings: Settings)
     assert not world.ids_of(CardSlice(include_superseded=True)) & set(world.theirs.values())
 
 
-# ---- palimpsest cards -----------------------------------------------------------------------------
-
-def test_the_cards_command(world: World, pg_settings: Settings) -> None:
-    from services.entrypoints.cli import cli
-
-    runner = CliRunner()
-    env = {"PALIMPSEST_DATA_DIR": str(pg_settings.data_dir), "PALIMPSEST_AUTO_BOOTSTRAP": "false",
-           "PALIMPSEST_PERSISTENCE": "postgres", "PALIMPSEST_TENANT": world.a,
-           "XDG_RUNTIME_DIR": os.environ.get("XDG_RUNTIME_DIR", "/tmp")}
-
-    def run(*args: str) -> Any:
-        return runner.invoke(cli, ["cards", *args], env=env)
-
-    listed = run("--kind", "knowledge", "--recorded-after", "2026-06-01T00:00+00:00",
-                 "--time-zone", "Asia/Taipei", "--json")
-    assert listed.exit_code == 0, listed.output
-    page = json.loads(listed.output)
-    assert {UUID(c["card_id"]) for c in page["cards"]} == {
-        world.ids[k] for k in ("sessions", "stateless", "oauth")} and page["next_cursor"] is None
-    per_agent = json.loads(run("--group-by", "agent_id", "--json").output)
-    assert {c["key"]: c["count"] for c in per_agent["counts"]} == {"planner": 2, "reader": 5,
-                                                                   "scribe": 1}
-    against = run("--concept", "JWT", "--edge", "contradicts")
-    assert against.exit_code == 0 and "Server-side sessions" in against.output
-    assert "Stateless tokens" in against.output and "OAuth" not in against.output
-    first = json.loads(run("--limit", "2", "--json").output)
-    following = json.loads(run("--limit", "2", "--cursor", first["next_cursor"], "--json").output)
-    assert not {c["card_id"] for c in first["cards"]} & {c["card_id"] for c in following["cards"]}
-
-    refused = run("--kind", "fact", "--json")
-    assert refused.exit_code == 2
-    assert json.loads(refused.output)["error"]["code"] == "invalid_kind"
-    assert "kinds[0]" in json.loads(refused.output)["error"]["message"]
-    assert run("--related-to", "not-an-id", "--json").exit_code == 2
+# ``palimpsest cards`` is a client of the server now: tests/integration/test_cli_remote_cards.py.

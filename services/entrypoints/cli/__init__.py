@@ -2,15 +2,22 @@
 ``project``, ``pipeline``, ``rebuild``, ``status``, ``bench``), each a thin call into its main in
 :mod:`services.entrypoints`; the others in this package's modules, registered on :data:`cli`.
 
+Most commands are clients of a running server (:mod:`services.entrypoints.cli.remote`); the local
+ones open the database themselves, say so in their help, and refuse a data folder that holds no
+database instead of making one (:mod:`services.entrypoints.cli.local`) — but ``serve``,
+``init-db`` and ``demo`` (which runs ``serve``): they make it.
+
 The import is light — typer and nothing of the server's stack — so a client command against a
 running server starts fast: each command imports what it needs when it runs.
 ``python -m services.entrypoints.cli`` is ``palimpsest``."""
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import warnings
+from pathlib import Path
 
 import typer
 
@@ -21,6 +28,7 @@ from services.entrypoints.cli import (
     forget,
     ingest,
     keys,
+    local,
     mcp,
     proposals,
     queries,
@@ -37,16 +45,26 @@ cli = typer.Typer(
 )
 
 
-@cli.command("init-db")
-def init_db() -> None:
-    """Create the event store's schema, table, runtime role and append-only guards (idempotent)."""
-    from infra.postgres import admin_database, bootstrap
-    from infra.settings import Settings
+DataDir = local.DataDir
+AsJson = typer.Option(False, "--json", help="One JSON object on stdout.")
 
-    settings = Settings()
+
+@cli.command("init-db")
+def init_db(data_dir: Path = DataDir, as_json: bool = AsJson) -> None:
+    """Create the event store's schema, table, runtime role and append-only guards (idempotent);
+    on the embedded default, the data folder and its PostgreSQL first.
+
+    local: opens the database in --data-dir / PALIMPSEST_DATABASE_URL directly."""
+    from infra.postgres import admin_database, bootstrap
+
+    settings = local.settings(data_dir, as_json=as_json, create=True)
     admin = admin_database(settings)
     bootstrap(admin, settings)
-    typer.echo(f"event store ready: schema {settings.event_schema!r} on {admin.host}:{admin.port}, "
+    ready = {"schema": settings.event_schema, "host": admin.host, "port": admin.port,
+             "runtime_role": settings.runtime_role,
+             "data_dir": None if settings.database_url else str(Path(settings.data_dir).resolve())}
+    typer.echo(json.dumps(ready) if as_json else
+               f"event store ready: schema {settings.event_schema!r} on {admin.host}:{admin.port}, "
                f"runtime role {settings.runtime_role!r}")
 
 
@@ -56,48 +74,54 @@ def demo(
                             "PALIMPSEST_KEY); default: run `palimpsest serve` in this process."),
     key: str = typer.Option(None, envvar="PALIMPSEST_KEY", show_default=False,
                             help="The API key for --url."),
+    data_dir: Path = DataDir,
 ) -> None:
     """Write two months of scripted history through the REST client, then print every slot on both
-    timelines and ask the read models (fed through the relay, Kafka and Faust) bi-temporal questions."""
-    from infra.settings import Settings
+    timelines and ask the read models (fed through the relay, Kafka and Faust) bi-temporal questions.
+
+    Without --url it runs `palimpsest serve` in this process; local: opens the database in
+    --data-dir / PALIMPSEST_DATABASE_URL directly, and makes the data folder as serve does."""
     from services.entrypoints.demo import play
 
     started = time.perf_counter()
-    play(Settings(), typer.echo, url=url, key=key)
+    play(local.settings(data_dir, create=True), typer.echo, url=url, key=key)
     typer.echo(f"done in {time.perf_counter() - started:.1f} s")
 
 
 @cli.command()
-def relay() -> None:
+def relay(data_dir: Path = DataDir) -> None:
     """Publish the event log to Kafka, in order, from the relay's stored position (runs until stopped;
-    keeps the data folder's embedded broker up unless PALIMPSEST_KAFKA_BOOTSTRAP is set)."""
-    from infra.settings import Settings
+    keeps the data folder's embedded broker up unless PALIMPSEST_KAFKA_BOOTSTRAP is set).
+
+    local: opens the database in --data-dir / PALIMPSEST_DATABASE_URL directly."""
     from services.entrypoints.relay import run_relay
 
-    run_relay(Settings())
+    run_relay(local.settings(data_dir))
 
 
 @cli.command()
-def project() -> None:
+def project(data_dir: Path = DataDir) -> None:
     """Run the projector: catch up from the log, then apply Kafka deliveries (runs until stopped).
 
     A poison event parks its aggregate (``palimpsest failures``); exits with code 3 only when the
-    projector itself cannot go on (its bookkeeping refused, the database gone at the start)."""
-    from infra.settings import Settings
+    projector itself cannot go on (its bookkeeping refused, the database gone at the start).
+
+    local: opens the database in --data-dir / PALIMPSEST_DATABASE_URL directly."""
     from services.entrypoints.projector import run_projector
 
-    raise SystemExit(run_projector(Settings()))
+    raise SystemExit(run_projector(local.settings(data_dir)))
 
 
 @cli.command()
-def pipeline() -> None:
+def pipeline(data_dir: Path = DataDir) -> None:
     """Broker (embedded unless PALIMPSEST_KAFKA_BOOTSTRAP is set), relay and projector, supervised by
     one process: every write reaches the read models (runs until stopped; a broker or projector that
-    dies is started again; Ctrl-C stops it all within 5 s)."""
-    from infra.settings import Settings
+    dies is started again; Ctrl-C stops it all within 5 s).
+
+    local: opens the database in --data-dir / PALIMPSEST_DATABASE_URL directly."""
     from services.entrypoints.pipeline import run_pipeline
 
-    raise SystemExit(run_pipeline(Settings()))
+    raise SystemExit(run_pipeline(local.settings(data_dir)))
 
 
 @cli.command()
@@ -108,29 +132,38 @@ def rebuild(
     workers: int = typer.Option(None, min=1, help="Processes that fold the log (default: "
                                 "PALIMPSEST_REBUILD_WORKERS, one per core, at most 4); 1 folds "
                                 "it in this process."),
+    data_dir: Path = DataDir, as_json: bool = AsJson,
 ) -> None:
-    """Replay the whole log into a fresh schema, check it, and swap it in while queries go on."""
+    """Replay the whole log into a fresh schema, check it, and swap it in while queries go on.
+
+    local: opens the database in --data-dir / PALIMPSEST_DATABASE_URL directly."""
+    from dataclasses import asdict
     from datetime import datetime
 
+    from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from infra.settings import Settings
     from services.entrypoints.rebuild import run_rebuild
 
     moment = datetime.fromisoformat(known_at) if known_at else None
     if moment is not None and moment.tzinfo is None:
         raise typer.BadParameter("--known-at needs a time zone, e.g. 2026-10-01T00:00:00+08:00")
-    columns = (TextColumn("replaying"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-               TextColumn("{task.fields[rate]:>8.0f} events/s"), TimeRemainingColumn())
-    with Progress(*columns) as bar:
-        task = bar.add_task("replay", total=None, rate=0.0)
+    settings = local.settings(data_dir, as_json=as_json)
+    columns = (TextColumn("replaying"), BarColumn(), TextColumn("{task.fields[done]}"),
+               TextColumn("{task.fields[rate]:>8,.0f} events/s"), TimeRemainingColumn())
+    # the bar on stderr: stdout is the report (one JSON object with --json)
+    with Progress(*columns, console=Console(stderr=True), disable=as_json) as bar:
+        task = bar.add_task("replay", total=None, rate=0.0, done="")
         started = time.perf_counter()
 
         def progress(done: int, total: int) -> None:
             rate = done / max(time.perf_counter() - started, 1e-9)
-            bar.update(task, completed=done, total=total, rate=rate)
+            bar.update(task, completed=done, total=total, rate=rate, done=f"{done}/{total}")
 
-        report = run_rebuild(Settings(), known_at=moment, into=into, workers=workers, progress=progress)
+        report = run_rebuild(settings, known_at=moment, into=into, workers=workers, progress=progress)
+    if as_json:
+        typer.echo(json.dumps({**asdict(report), "rate": report.rate}, default=str))
+        return
     typer.echo(f"{report.events} events replayed in {report.seconds:.1f} s "
                f"({report.rate:,.0f} events/s) into {report.schema}"
                + (", swapped in" if report.swapped else "")
@@ -148,31 +181,29 @@ def status(
     url: str = typer.Option(None, "--url", envvar="PALIMPSEST_URL", help="Ask this server (with "
                             "PALIMPSEST_KEY) instead of reading the data folder."),
     key: str = remote.Key,
+    data_dir: Path = DataDir,
 ) -> None:
     """The log head, the relay's and each projection's position and lag, failures, and whether the
     broker, the relay and the projector are alive (their heartbeats), read from the data folder.
-    With --url or PALIMPSEST_URL: what that server says of the key's tenant and the pipeline."""
+    With --url or PALIMPSEST_URL: what that server says of the key's tenant and the pipeline.
+
+    Without --url, local: opens the database in --data-dir / PALIMPSEST_DATABASE_URL directly."""
     if url:
         remote.server_status(url, key, as_json, prometheus)
         return
-    import json
-
     import psycopg
 
     from infra.postgres import admin_database, projector_database
-    from infra.settings import Settings
-    from projections.status import NotInitialisedError, check_initialised, not_initialised, read_status
+    from projections.status import not_initialised, read_status
 
-    settings = Settings()
+    settings = local.settings(data_dir, as_json=as_json)
     try:
-        check_initialised(settings)
         report = read_status(projector_database(admin_database(settings), settings), settings)
-    except (NotInitialisedError, psycopg.Error) as error:
-        problem = error if isinstance(error, NotInitialisedError) else not_initialised(error, settings)
+    except psycopg.Error as error:
+        problem = not_initialised(error, settings)
         if problem is None:
             raise
-        typer.echo(json.dumps({"error": str(problem)}) if as_json else f"error: {problem}", err=not as_json)
-        raise SystemExit(2) from None
+        remote.fail(as_json, "not_initialised", str(problem))
     if as_json:
         typer.echo(json.dumps(report.to_dict(), default=str))
         return

@@ -1,28 +1,26 @@
-"""``palimpsest cards``: a tenant's cards listed or counted along the six axes (``services.slicing``),
-read from the read models on this machine.
+"""``palimpsest cards``: the key's tenant's cards listed or counted along the six axes
+(``services.slicing``), over a running server (``GET /v1/cards``, ``/v1/cards/count``) like the
+other read commands: ``--url``, ``--key``, ``--json``, the errors and exit codes of
+:mod:`services.entrypoints.cli.remote`.
 
-    palimpsest cards --tenant T --kind knowledge --recorded-after 2026-06-01      a listing
-    palimpsest cards --tenant T --group-by agent_id                              counts per agent
-    palimpsest cards --tenant T --concept JWT --edge contradicts                 what contradicts JWT
+    palimpsest cards --kind knowledge --recorded-during "this month"     a listing
+    palimpsest cards --group-by agent_id                                 counts per agent
+    palimpsest cards --concept JWT --edge contradicts                    what contradicts JWT
 
-List options repeat (``--kind state --kind event``: either). ``--json`` prints one object (the
-page, or the counts); an error is ``{"error": {"code", "message", "retryable"}}`` with exit code 2.
+List options repeat (``--kind state --kind event``: either). A page holds ``--limit`` cards; the
+next one is ``--cursor`` with what the page printed (``--all``: every page). ``--min-position N``
+(a write's position) waits, bounded, until the read models include that write. ``--json`` prints
+the server's answer: the page (``{"cards", "next_cursor"}``), or the counts.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import typer
-from pydantic import BaseModel, ValidationError
 
-from domain.errors import PalimpsestError
-from services.entrypoints.cli.remote import AsJson, Moment, fail, table, when
-
-Tenant = typer.Option(..., "--tenant", envvar="PALIMPSEST_TENANT", help="The tenant to read.")
+from services.entrypoints.cli.queries import MinPosition
+from services.entrypoints.cli.remote import AsJson, Key, Moment, Url, Wide, emit, fail, remote, table, when
 
 
 def _many(help: str) -> Any:
@@ -30,65 +28,56 @@ def _many(help: str) -> Any:
 
 
 Kinds = _many("state, event, knowledge")
-Types = _many("fact, preference, decision, commitment, blocker, pattern, note, event")
+Types = typer.Option(None, "--type", "--memory-type", help="fact, preference, decision, commitment, "
+                     "blocker, pattern, note, event (repeatable: any of them)")
 Scopes = _many("personal, project, group, global")
 Projects = _many("A project id")
 Groups = _many("A group id")
+Subjects = _many("A subject, exactly (e.g. user)")
+Labels = _many("A state's slot label (e.g. address)")
 Agents = _many("The writing agent's id")
 Sessions = _many("The writing session's id")
 Sources = _many("user_stated, agent_inferred, imported")
 Tags = _many("A tag")
+#: Was ``--tenant`` (the read models of this machine): the tenant is now the key's.
+Tenant = typer.Option(None, "--tenant", hidden=True)
 
 
-@contextmanager
-def read_models(as_json: bool) -> Iterator[tuple[Any, str]]:
-    """The read models as the runtime role, and the configured zone; a refused slice becomes
-    :func:`fail` (exit code 2)."""
-    from infra.postgres import admin_database, bootstrap, runtime_database
-    from infra.settings import Settings
-    from services.entrypoints.errors import answer
-    from services.readmodels import ReadModels
-
-    try:
-        settings = Settings()
-        admin = admin_database(settings)
-        if settings.auto_bootstrap:
-            bootstrap(admin, settings)
-        read = ReadModels(runtime_database(admin, settings), settings.read_schema, pool_size=1)
-        try:
-            yield read, settings.time_zone
-        finally:
-            read.close()
-    except (PalimpsestError, ValidationError) as error:
-        found = answer(error)
-        fail(as_json, found.code, found.message, status=found.status, retryable=found.retryable)
-
-
-def _emit(answer: BaseModel, as_json: bool, human: Callable[[Any], None]) -> None:
-    if as_json:
-        typer.echo(json.dumps(answer.model_dump(mode="json"), ensure_ascii=False))
-    else:
-        human(answer)
-
-
-def _print_page(page: Any) -> None:
-    for c in page.cards:
-        where = c.scope + (f":{c.project_id or c.group_id}" if c.project_id or c.group_id else "")
-        sure = f" {c.inference_confidence:.2f}" if c.inference_confidence is not None else ""
-        text = "(erased)" if c.content is None else (f"{c.title}: " if c.title else "") + c.content
-        typer.echo(f"{when(c.recorded_at.isoformat())}  {c.card_id}  {c.kind}/{c.memory_type}  "
-                   f"{where}  {c.agent_id or '—'}  {c.source}{sure}  {text!r}"
-                   + ("  [superseded]" if c.superseded else ""))
-    if not page.cards:
+def _print_page(page: dict[str, Any], wide: bool) -> None:
+    if not page["cards"]:
         typer.echo("(no cards)")
-    if page.next_cursor:
-        typer.echo(f"more: --cursor {page.next_cursor}")
+    else:
+        table(("id", "kind", "recorded", "scope", "agent", "source", "content"),
+              [(c["card_id"], f"{c['kind']}/{c['memory_type']}", when(c["recorded_at"]), _scope(c),
+                c.get("agent_id"), _source(c), _content(c)) for c in page["cards"]],
+              wrap=("content",), optional=("agent", "source", "scope", "recorded", "kind"), wide=wide)
+    if page.get("next_cursor"):
+        typer.echo(f"more: --cursor {page['next_cursor']}")
 
 
-def _print_counts(counts: Any) -> None:
-    if counts.group_by:
-        table([counts.group_by, "cards"], [(c.key, c.count) for c in counts.counts])
-    typer.echo(f"total: {counts.total}")
+def _scope(card: dict[str, Any]) -> str:
+    where = card.get("project_id") or card.get("group_id")
+    return card["scope"] + (f":{where}" if where else "")
+
+
+def _source(card: dict[str, Any]) -> str:
+    sure = card.get("inference_confidence")
+    return card["source"] + (f" {sure:.2f}" if sure is not None else "")
+
+
+def _content(card: dict[str, Any]) -> str:
+    if card.get("content") is None:
+        text = "(erased)"
+    else:
+        text = (f"{card['title']}: " if card.get("title") else "") + card["content"]
+    return text + (" [superseded]" if card.get("superseded") else "")
+
+
+def _print_counts(counts: dict[str, Any], wide: bool) -> None:
+    if counts.get("group_by"):
+        table((counts["group_by"], "cards"), [(c["key"], c["count"]) for c in counts["counts"]],
+              wide=wide)
+    typer.echo(f"total: {counts['total']}")
 
 
 def register(cli: typer.Typer) -> None:
@@ -96,9 +85,12 @@ def register(cli: typer.Typer) -> None:
 
     @cli.command()
     def cards(
-        tenant: str = Tenant,
         kind: list[str] = Kinds,
         memory_type: list[str] = Types,
+        subject: list[str] = Subjects,
+        subject_prefix: str = typer.Option(None, help="Cards of this subject or any below it "
+                                           "(its segments separated by ':')."),
+        label: list[str] = Labels,
         valid_from: str = Moment("Cards valid at some time from"),
         valid_to: str = Moment("... to (exclusive)"),
         recorded_after: str = Moment("Recorded at or after"),
@@ -108,8 +100,9 @@ def register(cli: typer.Typer) -> None:
         recorded_during: str = typer.Option(None, help="Recorded within: this month, 上個月, "
                                             "last week, in April, since May."),
         occurred_during: str = typer.Option(None, help="Events that occurred within one."),
-        time_zone: str = typer.Option(None, help="The zone of those words and of "
-                                      "month_recorded (default: PALIMPSEST_TIME_ZONE)."),
+        time_zone: str = typer.Option(None, envvar="PALIMPSEST_TIME_ZONE", show_default=False,
+                                      help="The zone of those words and of month_recorded, e.g. "
+                                      "Asia/Taipei (default: PALIMPSEST_TIME_ZONE, else UTC)."),
         scope: list[str] = Scopes,
         project: list[str] = Projects,
         group: list[str] = Groups,
@@ -126,35 +119,45 @@ def register(cli: typer.Typer) -> None:
         known_at: str = Moment("As of: what was known at this time"),
         include_superseded: bool = typer.Option(False, help="Every card, not only current ones."),
         group_by: str = typer.Option(None, help="Count per kind, memory_type, scope, project_id, "
-                                     "group_id, agent_id, session_id, source, tag, month_recorded."),
+                                     "group_id, agent_id, session_id, source, tag, subject, label "
+                                     "or month_recorded (the server says which it knows)."),
         count: bool = typer.Option(False, "--count", help="Count instead of listing."),
-        limit: int = typer.Option(50, help="Cards per page (at most 500)."),
+        limit: int = typer.Option(None, min=1, max=500, show_default=False,
+                                  help="Cards per page (default 50)."),
         cursor: str = typer.Option(None, help="The page after the one that printed it."),
-        as_json: bool = AsJson,
+        every: bool = typer.Option(False, "--all", help="Every page, one after the other."),
+        min_position: int = MinPosition, tenant: str = Tenant,
+        wide: bool = Wide, url: str = Url, key: str = Key, as_json: bool = AsJson,
     ) -> None:
-        """List or count cards along the six axes: kind, time, scope, source, confidence,
-        relation, concept; current, or as of a past moment."""
-        from services.slicing import CardSlice, count_cards, list_cards
-
-        with read_models(as_json) as (read, zone):
-            slice = CardSlice.model_validate({
-                "kinds": kind, "memory_types": memory_type,
-                "valid_from": valid_from, "valid_to": valid_to,
-                "recorded_after": recorded_after, "recorded_before": recorded_before,
-                "occurred_after": occurred_after, "occurred_before": occurred_before,
-                "recorded_during": recorded_during, "occurred_during": occurred_during,
-                "time_zone": time_zone or zone,
-                "scopes": scope, "project_ids": project, "group_ids": group,
-                "agent_ids": agent, "session_ids": session,
-                "sources": source, "confidence_below": confidence_below,
-                "confidence_above": confidence_above,
-                "related_to": related_to, "edge": edge, "related_concept": concept, "tags": tag,
-                "as_of": {"valid_at": valid_at, "known_at": known_at}
-                if valid_at or known_at else None,
-                "include_superseded": include_superseded, "group_by": group_by, "limit": limit,
-                "cursor": cursor})
+        """List or count the key's tenant's cards along the six axes: kind, time, scope, source,
+        confidence, relation, concept; current, or as of a past moment."""
+        if tenant is not None:
+            fail(as_json, "usage_error", "--tenant is gone: cards are read over the server, and "
+                 "the tenant is the key's (--key or PALIMPSEST_KEY)")
+        options = {
+            "kinds": kind, "memory_types": memory_type, "subjects": subject,
+            "subject_prefix": subject_prefix, "labels": label,
+            "valid_from": valid_from, "valid_to": valid_to,
+            "recorded_after": recorded_after, "recorded_before": recorded_before,
+            "occurred_after": occurred_after, "occurred_before": occurred_before,
+            "recorded_during": recorded_during, "occurred_during": occurred_during,
+            "time_zone": time_zone, "scopes": scope, "project_ids": project, "group_ids": group,
+            "agent_ids": agent, "session_ids": session, "sources": source,
+            "confidence_below": confidence_below, "confidence_above": confidence_above,
+            "related_to": related_to, "edge": edge, "related_concept": concept, "tags": tag,
+            "valid_at": valid_at, "known_at": known_at,
+            "include_superseded": include_superseded or None, "group_by": group_by,
+            "min_position": min_position}
+        given = {name: value for name, value in options.items() if value not in (None, [])}
+        with remote(url, key, as_json) as server:
             if count or group_by:
-                counted = count_cards(read, tenant, slice)
-                _emit(counted, as_json, _print_counts)
+                counted = server.count_cards(**given)
             else:
-                _emit(list_cards(read, tenant, slice), as_json, _print_page)
+                page = server.cards(**given, limit=limit, cursor=cursor)
+                while every and page.get("next_cursor"):
+                    more = server.cards(**given, limit=limit, cursor=page["next_cursor"])
+                    page = {**more, "cards": page["cards"] + more["cards"]}
+        if count or group_by:
+            emit(counted, as_json, lambda c: _print_counts(c, wide))
+        else:
+            emit(page, as_json, lambda p: _print_page(p, wide))

@@ -11,9 +11,10 @@ subject's cards as JSON lines (DESIGN §7).
 
 Over a running server by default, as the other client commands (``--url``, ``--key``, ``--json``;
 the tenant is the key's, and who asked is the key). With ``--tenant T`` they work locally on the
-data folder's store (or ``PALIMPSEST_DATABASE_URL``), as ``cards`` and ``keys`` do: no server and
-no key — the operator's own hand; who asked is ``--by``. A running ``serve`` (or ``pipeline``)
-projects a local erasure. A tenant is forgotten only with ``--yes``: it cannot be undone.
+data folder's store (``--data-dir``, or ``PALIMPSEST_DATABASE_URL``), as ``keys`` does: no server
+and no key — the operator's own hand; who asked is ``--by``. A data folder without a database is
+refused, never made. A running ``serve`` (or ``pipeline``) projects a local erasure. A tenant is
+forgotten only with ``--yes``: it cannot be undone.
 
 ``export`` writes the lines to stdout, or to ``--output FILE`` (through ``FILE.partial``, renamed
 once complete) and then says how many it wrote.
@@ -30,6 +31,8 @@ from typing import IO, Any
 
 import typer
 
+from services.entrypoints.cli import local
+from services.entrypoints.cli.local import DataDir
 from services.entrypoints.cli.mcp import stdout_to_stderr
 from services.entrypoints.cli.remote import REFUSED, AsJson, Key, Url, emit, fail, remote
 
@@ -37,8 +40,8 @@ forget = typer.Typer(no_args_is_help=True, help="Forget a card, a slot, a subjec
                      "session or the whole tenant: its keys are destroyed, its cards become "
                      "tombstones; the erasure itself is kept.")
 
-Tenant = typer.Option(None, "--tenant", show_default=False, help="Work locally on this tenant, "
-                      "on the data folder's store (no server, no key); default: over the server.")
+Tenant = typer.Option(None, "--tenant", show_default=False, help="Work on this tenant, "
+                      f"{local.LOCAL} (no server, no key); default: over the server.")
 Reason = typer.Option("", "--reason", help="Why (sealed with the tenant's key; no personal text).")
 Basis = typer.Option("request", "--basis", help="The legal basis or kind of request, e.g. gdpr-17.")
 RequestId = typer.Option(None, "--request-id", help="Erases once: a retry with the same id "
@@ -68,6 +71,7 @@ class Asked:
     url: str | None
     key: str | None
     as_json: bool
+    data_dir: Path | None = None
 
 
 def _forget(unit: str, fields: dict[str, Any], asked: Asked) -> None:
@@ -76,26 +80,27 @@ def _forget(unit: str, fields: dict[str, Any], asked: Asked) -> None:
              "reason": asked.reason, "basis": asked.basis,
              **({"request_id": asked.request_id} if asked.request_id else {})}
     if asked.tenant is not None:
-        answer = _local_erase(asked.tenant, given, asked.by, asked.as_json)
+        answer = _local_erase(asked.tenant, given, asked.by, asked.as_json, asked.data_dir)
     else:
         with remote(asked.url, asked.key, asked.as_json) as server:
             answer = server.forget(**given)
     emit(answer, asked.as_json, _print_erasure)
 
 
-def _local_erase(tenant: str, fields: dict[str, Any], by: str, as_json: bool) -> dict[str, Any]:
+def _local_erase(tenant: str, fields: dict[str, Any], by: str, as_json: bool,
+                 data_dir: Path | None) -> dict[str, Any]:
     """The erasure on the data folder's store, as the operator: no key, ``by`` asks."""
     from pydantic import ValidationError
 
     from domain.errors import PalimpsestError
-    from infra.settings import Settings
     from services.commands import Erase
     from services.entrypoints.errors import answer
     from services.factory import create_app
 
+    settings = local.settings(data_dir, as_json=as_json)
     try:
         with stdout_to_stderr():  # what the embedded server says on its start is not the answer
-            app = create_app(Settings())
+            app = create_app(settings)
         try:
             result = app.erase(tenant, Erase.model_validate({**fields, "requested_by": by}))
         finally:
@@ -109,11 +114,11 @@ def _local_erase(tenant: str, fields: dict[str, Any], by: str, as_json: bool) ->
 @forget.command()
 def card(card_id: str = typer.Argument(..., metavar="CARD_ID", help="The card's id."),
          tenant: str = Tenant, reason: str = Reason, basis: str = Basis,
-         request_id: str = RequestId, by: str = By, url: str = Url, key: str = Key,
-         as_json: bool = AsJson) -> None:
+         request_id: str = RequestId, by: str = By, data_dir: Path = DataDir,
+         url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
     """Forget one card: its value, tags and embedding are gone; its id, times and edges stay."""
     _forget("card", {"card_id": card_id},
-            Asked(tenant, reason, basis, request_id, by, url, key, as_json))
+            Asked(tenant, reason, basis, request_id, by, url, key, as_json, data_dir))
 
 
 @forget.command()
@@ -124,59 +129,60 @@ def slot(subject: str = typer.Option(None, "--subject", help="The slot's subject
          project: str = typer.Option(None, "--project", help="A project slot's project."),
          group: str = typer.Option(None, "--group", help="A group slot's group."),
          tenant: str = Tenant, reason: str = Reason, basis: str = Basis,
-         request_id: str = RequestId, by: str = By, url: str = Url, key: str = Key,
-         as_json: bool = AsJson) -> None:
+         request_id: str = RequestId, by: str = By, data_dir: Path = DataDir,
+         url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
     """Forget a slot: every value ever stored under one label of one subject."""
     _forget("slot", {"subject": subject, "label": label, "slot_id": slot_id, "scope": scope,
                      "project_id": project, "group_id": group},
-            Asked(tenant, reason, basis, request_id, by, url, key, as_json))
+            Asked(tenant, reason, basis, request_id, by, url, key, as_json, data_dir))
 
 
 @forget.command()
 def subject(name: str = typer.Argument(..., metavar="SUBJECT", help="Whom, e.g. user or 媽媽."),
             tenant: str = Tenant, reason: str = Reason, basis: str = Basis,
-            request_id: str = RequestId, by: str = By, url: str = Url, key: str = Key,
-            as_json: bool = AsJson) -> None:
+            request_id: str = RequestId, by: str = By, data_dir: Path = DataDir,
+            url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
     """Forget a subject: every slot of theirs and what is linked to it."""
     _forget("subject", {"subject": name},
-            Asked(tenant, reason, basis, request_id, by, url, key, as_json))
+            Asked(tenant, reason, basis, request_id, by, url, key, as_json, data_dir))
 
 
 @forget.command()
 def session(session_id: str = typer.Argument(..., metavar="SESSION_ID",
                                              help="The ingested session's id."),
             tenant: str = Tenant, reason: str = Reason, basis: str = Basis,
-            request_id: str = RequestId, by: str = By, url: str = Url, key: str = Key,
-            as_json: bool = AsJson) -> None:
+            request_id: str = RequestId, by: str = By, data_dir: Path = DataDir,
+            url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
     """Forget an ingested conversation session: its turns and what extraction made of them."""
     _forget("session", {"session_id": session_id},
-            Asked(tenant, reason, basis, request_id, by, url, key, as_json))
+            Asked(tenant, reason, basis, request_id, by, url, key, as_json, data_dir))
 
 
 @forget.command("tenant")
 def whole_tenant(yes: bool = typer.Option(False, "--yes", help="Yes: forget every card of the "
                                           "tenant; it cannot be undone."),
                  tenant: str = Tenant, reason: str = Reason, basis: str = Basis,
-                 request_id: str = RequestId, by: str = By, url: str = Url, key: str = Key,
-                 as_json: bool = AsJson) -> None:
+                 request_id: str = RequestId, by: str = By, data_dir: Path = DataDir,
+                 url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
     """Forget the whole tenant (offboarding): over a server, a key with memory:erase."""
     if not yes:
         fail(as_json, "usage_error", "forgetting a whole tenant cannot be undone: add --yes",
              exit_code=REFUSED)
-    _forget("tenant", {}, Asked(tenant, reason, basis, request_id, by, url, key, as_json))
+    _forget("tenant", {}, Asked(tenant, reason, basis, request_id, by, url, key, as_json, data_dir))
 
 
 # --- export ----------------------------------------------------------------------------------
 
 
 def export(subject: str = typer.Option(None, "--subject", help="Only this subject's cards."),
-           output: Path = Output, tenant: str = Tenant, url: str = Url, key: str = Key,
-           as_json: bool = AsJson) -> None:
+           output: Path = Output, tenant: str = Tenant, data_dir: Path = DataDir, url: str = Url,
+           key: str = Key, as_json: bool = AsJson) -> None:
     """Every card of the tenant, or of a subject, as JSON lines: both timelines, edges,
     provenance; erased cards as tombstones ("erased": true, no text)."""
     with ExitStack() as stack:
         if tenant is not None:
-            lines, encode = _local_lines(stack, tenant, subject, as_json), _local_encode()
+            lines = _local_lines(stack, tenant, subject, as_json, data_dir)
+            encode = _local_encode()
         else:
             server = stack.enter_context(remote(url, key, as_json))
             lines, encode = server.export(subject), _encode
@@ -188,13 +194,13 @@ def export(subject: str = typer.Option(None, "--subject", help="Only this subjec
 
 
 def _local_lines(stack: ExitStack, tenant: str, subject: str | None, as_json: bool,
-                 ) -> Iterator[dict[str, Any]]:
+                 data_dir: Path | None) -> Iterator[dict[str, Any]]:
     """The lines from this machine's read models, open until ``stack`` closes."""
-    from services.entrypoints.cli.cards import read_models
     from services.export import cards
 
+    settings = local.settings(data_dir, as_json=as_json)
     with stdout_to_stderr():
-        read, _ = stack.enter_context(read_models(as_json))
+        read = stack.enter_context(local.read_models(settings, as_json))
     return stack.enter_context(closing(cards(read, tenant, subject)))
 
 

@@ -21,7 +21,8 @@ from typing import IO, Any
 
 import typer
 
-from services.entrypoints.cli.remote import AsJson, Key, Url, emit, fail, remote, table, when
+from services.entrypoints.cli import local
+from services.entrypoints.cli.remote import AsJson, Key, Url, Wide, emit, fail, remote, table, when
 
 ingestions = typer.Typer(help="Ingested turns: where each stands; re-run a dead letter.")
 TurnsFile = typer.Argument(..., help="A JSON-lines file of turns ('-': stdin).", allow_dash=True)
@@ -74,52 +75,81 @@ def register(cli: typer.Typer) -> None:
         url: str = Url, key: str = Key, as_json: bool = AsJson,
     ) -> None:
         """Hand over conversation turns; each is stored at once as an episodic event card, its
-        cards extracted in the background (progress: turns/s and ETA)."""
+        cards extracted in the background (a progress bar on stderr while it runs, then turns/s)."""
         if str(file) != "-" and not file.is_file():
             fail(as_json, "not_found", f"no file {file}")
         total = _count_lines(file)
         stream = sys.stdin if str(file) == "-" else file.open(encoding="utf-8")
         stored = replayed = 0
         note = None
-        began = time.monotonic()
-        with remote(url, key, as_json) as server, _progress(total, as_json) as advance:
+        meter = Meter()
+        with remote(url, key, as_json) as server, _progress(total, meter, as_json) as advance:
             for chunk in _batches(read_turns(stream, timezone), batch):
                 answer = server.ingest([turn for _, turn in chunk])
                 for result in answer["turns"]:
                     replayed += bool(result.get("replayed"))
                     stored += not result.get("replayed")
                 note = answer["extraction"].get("note")
-                advance(len(chunk))
-        elapsed = time.monotonic() - began
-        summary = {"stored": stored, "replayed": replayed, "seconds": round(elapsed, 2),
-                   "turns_per_second": round((stored + replayed) / elapsed, 1) if elapsed else None,
-                   "extraction": note or "on"}
+                advance(len(answer["turns"]))
+        seconds = meter.stop()
+        summary = {"stored": stored, "replayed": replayed, "seconds": seconds,
+                   "turns_per_second": meter.rate(), "extraction": note or "on"}
         emit(summary, as_json, lambda s: typer.echo(
             f"{s['stored']} turn(s) stored, {s['replayed']} already stored, in {s['seconds']} s "
-            f"({s['turns_per_second']} turns/s); extraction: {s['extraction']}"))
+            f"({_rate(s['turns_per_second'])} turns/s); extraction: {s['extraction']}"))
 
     cli.add_typer(ingestions, name="ingestions")
 
     @cli.command(name="ingest-worker")
-    def ingest_worker() -> None:
+    def ingest_worker(data_dir: Path = local.DataDir) -> None:
         """Run the extraction worker: turns from the ingest topic to cards through the configured
-        LLM (runs until stopped; `palimpsest serve` runs it itself when an LLM is configured)."""
-        from infra.settings import Settings
+        LLM (runs until stopped; `palimpsest serve` runs it itself when an LLM is configured).
+
+        local: opens the database in --data-dir / PALIMPSEST_DATABASE_URL directly."""
         from services.entrypoints.ingest import run_ingest_worker
 
-        raise SystemExit(run_ingest_worker(Settings()))
+        raise SystemExit(run_ingest_worker(local.settings(data_dir)))
+
+
+class Meter:
+    """Turns handed over, from one clock: the rate the bar shows while the run goes and the one
+    the summary says once it is done are the same sum over the same seconds."""
+
+    def __init__(self) -> None:
+        self.began = time.monotonic()
+        self.turns = 0
+        self.seconds: float | None = None
+
+    def add(self, turns: int) -> None:
+        self.turns += turns
+
+    def stop(self) -> float:
+        """The run's seconds, as the summary shows them (to the hundredth): the rate is of those."""
+        self.seconds = round(time.monotonic() - self.began, 2)
+        return self.seconds
+
+    def rate(self) -> float | None:
+        """Turns a second, to one decimal (None before any time passed)."""
+        seconds = self.seconds if self.seconds is not None else time.monotonic() - self.began
+        return round(self.turns / seconds, 1) if seconds > 0 else None
+
+
+def _rate(rate: float | None) -> str:
+    return "—" if rate is None else f"{rate:,.1f}"
 
 
 class _progress:
-    """A Rich progress bar with turns/s and the time left; nothing with ``--json``."""
+    """A Rich progress bar on stderr with the meter's turns/s and the time left, gone once the
+    run is done (the summary says the rate then); nothing with ``--json``."""
 
-    def __init__(self, total: int | None, quiet: bool) -> None:
-        self.total, self.quiet = total, quiet
+    def __init__(self, total: int | None, meter: Meter, quiet: bool) -> None:
+        self.total, self.meter, self.quiet = total, meter, quiet
         self._bar: Any = None
 
     def __enter__(self) -> Any:
         if self.quiet:
-            return lambda n: None
+            return self.meter.add
+        from rich.console import Console
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -131,15 +161,13 @@ class _progress:
 
         self._bar = Progress(TextColumn("ingest"), BarColumn(), MofNCompleteColumn(),
                              TaskProgressColumn(), TextColumn("{task.fields[rate]} turns/s"),
-                             TimeRemainingColumn(), transient=False)
+                             TimeRemainingColumn(), console=Console(stderr=True), transient=True)
         self._bar.start()
         task = self._bar.add_task("turns", total=self.total, rate="—")
-        began, done = time.monotonic(), [0]
 
         def advance(count: int) -> None:
-            done[0] += count
-            rate = done[0] / max(time.monotonic() - began, 1e-6)
-            self._bar.update(task, advance=count, rate=f"{rate:,.0f}")
+            self.meter.add(count)
+            self._bar.update(task, advance=count, rate=_rate(self.meter.rate()))
 
         return advance
 
@@ -152,22 +180,26 @@ class _progress:
 def listing(ctx: typer.Context,
             status: str = typer.Option(None, help="received, extracted, applied or dead_letter."),
             limit: int = typer.Option(50, min=1, max=1_000),
-            url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
-    """The tenant's ingested turns, newest first, with counts per status."""
+            wide: bool = Wide, url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
+    """The tenant's ingested turns, newest first, with counts per status; a dead letter's id, printed
+    whole, is what `palimpsest ingestions rerun ID` takes."""
     if ctx.invoked_subcommand is not None:
         return
     with remote(url, key, as_json) as server:
         answer = server.ingestions(status=status, limit=limit)
+    emit(answer, as_json, lambda found: _print_ingestions(found, wide))
 
-    def human(found: dict[str, Any]) -> None:
-        counts = ", ".join(f"{n} {s}" for s, n in found["counts"].items())
-        typer.echo(f"turns: {counts}; extraction: {found['extraction'].get('note') or 'on'}")
-        table(("id", "status", "session/turn", "said", "attempts", "cards", "error"),
-              [(i["ingestion_id"], i["status"], f"{i['session_id']}/{i['turn_id']}",
-                when(i["said_at"]), i["attempts"], len(i["card_ids"] or ()), i["error"])
-               for i in found["ingestions"]])
 
-    emit(answer, as_json, human)
+def _print_ingestions(found: dict[str, Any], wide: bool) -> None:
+    counts = ", ".join(f"{n} {s}" for s, n in found["counts"].items())
+    typer.echo(f"turns: {counts}; extraction: {found['extraction'].get('note') or 'on'}")
+    table(("id", "status", "session/turn", "said", "attempts", "cards", "error"),
+          [(i["ingestion_id"], i["status"], f"{i['session_id']}/{i['turn_id']}",
+            when(i["said_at"]), i["attempts"], len(i["card_ids"] or ()), i["error"])
+           for i in found["ingestions"]],
+          wrap=("error",), optional=("cards", "attempts", "said", "session/turn"), wide=wide)
+    if any(i["status"] == "dead_letter" for i in found["ingestions"]):
+        typer.echo("re-run a dead letter: palimpsest ingestions rerun ID")
 
 
 @ingestions.command()

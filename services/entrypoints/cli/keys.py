@@ -5,7 +5,8 @@
     palimpsest keys revoke KEY_ID [--json]                                  refused at once
 
 Local: it talks to the database of the configured settings (``PALIMPSEST_DATABASE_URL`` or the
-data folder's embedded server), not to a running server. Scopes: ``memory:read``,
+data folder's embedded server, ``--data-dir``), not to a running server; a data folder without a
+database is refused, never made. Scopes: ``memory:read``,
 ``memory:write`` (the two given when none is named), ``memory:admin`` (read, write, arbitration
 decisions and reviews) and ``memory:erase`` (forgetting a whole tenant, and setting its
 retention policy: held only when named, never through admin). ``--json`` prints one object,
@@ -17,32 +18,36 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
 
+from services.entrypoints.cli import local
+from services.entrypoints.cli.local import DataDir
+
 if TYPE_CHECKING:
     from services.keys import KeyInfo, KeyStore
 
-keys = typer.Typer(help="API keys: create one for a tenant (the secret is shown once), list, revoke.",
-                   no_args_is_help=True)
+keys = typer.Typer(help="API keys: create one for a tenant (the secret is shown once), list, revoke "
+                   f"({local.LOCAL}).", no_args_is_help=True)
 AsJson = typer.Option(False, "--json", help="One JSON object on stdout, errors included.")
 Scopes = typer.Option(None, "--scope", help="memory:read, memory:write, memory:admin or "
                       "memory:erase (a whole tenant's erasure, a retention policy; admin does not "
-                      "hold it); repeat for more [default: memory:read and memory:write].")
+                      "hold it); repeat for more (default: memory:read and memory:write).")
 
 
 @contextmanager
-def _store(as_json: bool) -> Iterator[KeyStore]:
+def _store(as_json: bool, data_dir: Path | None) -> Iterator[KeyStore]:
     """The key store of the configured database; a refusal becomes one line (or object), exit 2."""
     from domain.errors import PalimpsestError
     from services.bootstrap import create_key_store
     from services.entrypoints.errors import answer
 
+    settings = local.settings(data_dir, as_json=as_json)
     store = None
     try:
-        from infra.settings import Settings
-        store = create_key_store(Settings())
+        store = create_key_store(settings)
         yield store
     except PalimpsestError as error:
         found = answer(error)
@@ -71,9 +76,11 @@ def _emit(payload: dict[str, Any], as_json: bool, text: str) -> None:
 def create(tenant: str = typer.Option(..., "--tenant", help="The tenant the key speaks for."),
            scope: list[str] | None = Scopes,
            name: str = typer.Option("", "--name", help="What the key is for (shown in the list)."),
-           as_json: bool = AsJson) -> None:
-    """Make a key for a tenant and print its secret: it is shown this once, and kept hashed."""
-    with _store(as_json) as store:
+           data_dir: Path = DataDir, as_json: bool = AsJson) -> None:
+    """Make a key for a tenant and print its secret: it is shown this once, and kept hashed.
+
+    local: opens the database in --data-dir / PALIMPSEST_DATABASE_URL directly."""
+    with _store(as_json, data_dir) as store:
         info, secret = store.create(tenant, scope or (), name)
     _emit({**info.to_dict(), "secret": secret}, as_json,
           f"{_line(info)}\nsecret (shown once): {secret}")
@@ -81,9 +88,11 @@ def create(tenant: str = typer.Option(..., "--tenant", help="The tenant the key 
 
 @keys.command("list")
 def listing(tenant: str = typer.Option(None, "--tenant", help="Only this tenant's keys."),
-            as_json: bool = AsJson) -> None:
-    """The keys, oldest first, revoked ones included (never their secrets)."""
-    with _store(as_json) as store:
+            data_dir: Path = DataDir, as_json: bool = AsJson) -> None:
+    """The keys, oldest first, revoked ones included (never their secrets).
+
+    local: opens the database in --data-dir / PALIMPSEST_DATABASE_URL directly."""
+    with _store(as_json, data_dir) as store:
         found = store.list(tenant)
     _emit({"keys": [info.to_dict() for info in found]}, as_json,
           "\n".join(_line(info) for info in found) or "no keys")
@@ -91,9 +100,11 @@ def listing(tenant: str = typer.Option(None, "--tenant", help="Only this tenant'
 
 @keys.command()
 def revoke(key_id: str = typer.Argument(..., metavar="KEY_ID", help="The key's id, as listed."),
-           as_json: bool = AsJson) -> None:
-    """Revoke a key: every request with it is refused from now on."""
-    with _store(as_json) as store:
+           data_dir: Path = DataDir, as_json: bool = AsJson) -> None:
+    """Revoke a key: every request with it is refused from now on.
+
+    local: opens the database in --data-dir / PALIMPSEST_DATABASE_URL directly."""
+    with _store(as_json, data_dir) as store:
         info = store.revoke(key_id)
     _emit(info.to_dict(), as_json, f"revoked: {_line(info)}")
 

@@ -14,11 +14,13 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, NoReturn
 
 import typer
 
 from domain.errors import AuthenticationError
+from services.entrypoints.cli import local
 
 if TYPE_CHECKING:
     from infra.settings import Settings
@@ -28,14 +30,15 @@ def register(cli: typer.Typer) -> None:
     cli.command("mcp")(mcp)
 
 
-def mcp() -> None:
+def mcp(data_dir: Path = local.DataDir) -> None:
     """Serve MCP over stdio (the key from PALIMPSEST_KEY) on this data folder's or
-    PALIMPSEST_DATABASE_URL's event store and read models; runs until the client closes it."""
-    from infra.settings import Settings
+    PALIMPSEST_DATABASE_URL's event store and read models; runs until the client closes it.
+
+    local: opens the database in --data-dir / PALIMPSEST_DATABASE_URL directly."""
     from services.bootstrap import build_services
     from services.entrypoints.mcp import run_stdio
 
-    key, settings = os.environ.get("PALIMPSEST_KEY"), Settings()
+    key, settings = os.environ.get("PALIMPSEST_KEY"), local.settings(data_dir)
     with stdout_to_stderr():  # the embedded servers' start says nothing on the protocol's channel
         _check(settings, key)  # before the read path's warm-up: a bad key is told at once
         services = build_services(settings)

@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from services.entrypoints.cli.remote import AsJson, Key, Url, emit, remote, table, when
+from services.entrypoints.cli.remote import AsJson, Key, Url, Wide, emit, remote, table, when
 
 proposals = typer.Typer(help="Consolidation proposals: list them, accept or reject one.")
 ProposalId = typer.Argument(..., metavar="ID", help="The proposal's id.")
@@ -23,8 +23,9 @@ By = typer.Option(None, "--by", help="Who decides (default: the key).")
 def listing(ctx: typer.Context,
             review: str = typer.Option("pending", help="pending, accepted, rejected or all."),
             limit: int = typer.Option(50, min=1, max=1_000),
-            url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
-    """The tenant's proposals, newest first, with their rationale and score."""
+            wide: bool = Wide, url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
+    """The tenant's proposals, newest first, with their rationale and score; an id, printed
+    whole, is what `palimpsest proposals accept|reject ID` takes."""
     if ctx.invoked_subcommand is not None:
         return
     with remote(url, key, as_json) as server:
@@ -32,10 +33,12 @@ def listing(ctx: typer.Context,
 
     def human(found: dict[str, Any]) -> None:
         typer.echo(f"{len(found['proposals'])} proposal(s) ({review})")
-        table(("id", "kind", "edge", "score", "cards", "rationale", "proposed", "review"),
-              [(p["proposal_id"], p["kind"], p["edge"], f"{p['score']:.2f}",
-                f"{p['src_id']} → {p['dst_id']}", p["rationale"], when(p["proposed_at"]),
-                p["review"]) for p in found["proposals"]])
+        table(("id", "kind", "edge", "score", "from", "to", "rationale", "proposed", "review"),
+              [(p["proposal_id"], p["kind"], p["edge"], f"{p['score']:.2f}", p["src_id"],
+                p["dst_id"], p["rationale"], when(p["proposed_at"]), p["review"])
+               for p in found["proposals"]],
+              wrap=("rationale",),
+              optional=("review", "proposed", "to", "from", "score", "edge"), wide=wide)
 
     emit(answer, as_json, human)
 

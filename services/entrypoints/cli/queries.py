@@ -15,7 +15,7 @@ from typing import Any
 
 import typer
 
-from services.entrypoints.cli.remote import AsJson, Key, Moment, Url, emit, remote, table, when
+from services.entrypoints.cli.remote import AsJson, Key, Moment, Url, Wide, emit, remote, table, when
 
 Project = typer.Option(None, "--project", help="The current project (its cards rank first).")
 Groups = typer.Option([], "--group", help="Groups whose cards to include (repeatable).")
@@ -55,13 +55,14 @@ def _print_search(result: dict[str, Any], explain: bool) -> None:
     typer.echo(f"routes: {routes}; {result['diagnostics']['total_ms']:.0f} ms")
 
 
-def _print_facts(answer: dict[str, Any]) -> None:
+def _print_facts(answer: dict[str, Any], wide: bool) -> None:
     if not answer["facts"]:
         typer.echo("(no facts)")
         return
     table(("label", "value", "valid from", "valid to", "cardinality", "source"),
           [(f["label"], f["value"], when(f["valid_from"]), when(f["valid_to"]), f["cardinality"],
-            f["source"]) for f in answer["facts"]])
+            f["source"]) for f in answer["facts"]],
+          wrap=("value",), optional=("source", "cardinality", "valid to"), wide=wide)
 
 
 def _print_history(answer: dict[str, Any]) -> None:
@@ -124,13 +125,14 @@ def register(cli: typer.Typer) -> None:
         subject: str = typer.Argument(..., help="Whose facts, e.g. user."),
         valid_at: str = Moment("Facts valid at this time"),
         known_at: str = Moment("As we knew them at this time"),
-        min_position: int = MinPosition, url: str = Url, key: str = Key, as_json: bool = AsJson,
+        min_position: int = MinPosition, wide: bool = Wide, url: str = Url, key: str = Key,
+        as_json: bool = AsJson,
     ) -> None:
         """The facts of a subject valid now, or as of a past moment."""
         with remote(url, key, as_json) as server:
             answer = server.facts(subject, valid_at=valid_at, known_at=known_at,
                                   min_position=min_position)
-        emit(answer, as_json, _print_facts)
+        emit(answer, as_json, lambda a: _print_facts(a, wide))
 
     @command
     def history(

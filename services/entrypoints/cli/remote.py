@@ -14,16 +14,20 @@ it loads ``httpx`` and nothing of the server (no database, no model, no tokenize
 
 Exit codes: 0 done; 2 refused (a usage error, bad input, no or a wrong key, not found, a
 conflict); 1 failed (no server answers, the server or a dependency failed).
+
+Tables (:func:`table`) print an id whole, never wrapped or cut, so it can be copied into the next
+command; only free text wraps, and what does not fit the terminal is left out (said on stderr)
+unless ``--wide``.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from typer.core import TyperGroup
@@ -34,7 +38,7 @@ if TYPE_CHECKING:
     from palimpsest_client import Client
 
 Url = typer.Option(None, "--url", envvar="PALIMPSEST_URL", show_default=False,
-                   help="The server's URL [default: http://127.0.0.1:8765].")
+                   help="The server's URL (default: http://127.0.0.1:8765).")
 Key = typer.Option(None, "--key", envvar="PALIMPSEST_KEY", show_default=False,
                    help="The API key; its tenant is the one read and written.")
 AsJson = typer.Option(False, "--json", help="One JSON object on stdout, errors included.")
@@ -46,7 +50,7 @@ REFUSED, FAILED = 2, 1
 
 
 def fail(as_json: bool, code: str, message: str, *, status: int | None = None,
-         retryable: bool = False, exit_code: int = REFUSED) -> None:
+         retryable: bool = False, exit_code: int = REFUSED) -> NoReturn:
     """Say why a command did not do its work, and exit with ``exit_code``."""
     if as_json:
         error: dict[str, Any] = {"code": code, "message": message, "retryable": retryable}
@@ -115,17 +119,64 @@ def emit(answer: Any, as_json: bool, human: Callable[[Any], None] | None = None)
         human(answer)
 
 
-def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
-    """Rows under headers, with Rich; stored text is printed as text, never as markup."""
+#: The narrowest a wrapping column is squeezed to before a column is left out.
+NARROWEST = 20
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], *, wrap: Collection[str] = (),
+          optional: Sequence[str] = (), wide: bool = False) -> None:
+    """Rows under headers, with Rich; stored text is printed as text, never as markup.
+
+    Only the columns named in ``wrap`` (free text) wrap; every other one — ids above all — is
+    printed whole, never wrapped, folded or cut, so an id can be copied into the next command.
+    When the terminal is too narrow for the whole columns and the wrapping ones at
+    :data:`NARROWEST`, the ``optional`` columns are left out, the first named first, and a line
+    on stderr says which; ``wide``: every column, lines as long as they need to be."""
     from rich.console import Console
     from rich.table import Table
 
+    cells = [["—" if cell is None else str(cell) for cell in row] for row in rows]
+    needs = [_width([header, *(row[i] for row in cells)]) for i, header in enumerate(headers)]
+    least = [min(need, max(_width([header]), NARROWEST)) if header in wrap else need
+             for header, need in zip(headers, needs, strict=True)]
+    room = Console().width  # the terminal's, else COLUMNS, else 80
+    kept = list(range(len(headers)))
+    if wide:
+        room = max(room, _span(needs, kept))
+    else:
+        for name in optional:
+            if _span(least, kept) <= room:
+                break
+            kept = [i for i in kept if headers[i] != name]
+        room = max(room, _span(least, kept))  # whole columns stay whole past the terminal's edge
     grid = Table(box=None, pad_edge=False, header_style="bold")
-    for header in headers:
-        grid.add_column(header, overflow="fold")  # wrapped, never cut short
-    for row in rows:
-        grid.add_row(*("—" if cell is None else str(cell) for cell in row))
-    Console(markup=False, emoji=False, highlight=False, soft_wrap=False).print(grid)
+    for i in kept:
+        if headers[i] in wrap:
+            grid.add_column(headers[i], overflow="fold", min_width=least[i])
+        else:
+            grid.add_column(headers[i], no_wrap=True, min_width=needs[i])
+    for row in cells:
+        grid.add_row(*(row[i] for i in kept))
+    Console(width=room, markup=False, emoji=False, highlight=False, soft_wrap=False).print(grid)
+    left_out = [headers[i] for i in range(len(headers)) if i not in kept]
+    if left_out:
+        typer.echo(f"(left out for the terminal's width: {', '.join(left_out)}; --wide shows "
+                   "every column, --json everything)", err=True)
+
+
+def _width(texts: Iterable[str]) -> int:
+    """The terminal cells the longest line of ``texts`` takes (a CJK character takes two)."""
+    from rich.cells import cell_len
+
+    return max((cell_len(line) for text in texts for line in text.splitlines() or [""]), default=0)
+
+
+def _span(widths: Sequence[int], kept: Sequence[int]) -> int:
+    """The width of the kept columns, with the two cells between neighbours."""
+    return sum(widths[i] for i in kept) + 2 * max(len(kept) - 1, 0)
+
+
+Wide = typer.Option(False, "--wide", help="Every column, however wide the lines get.")
 
 
 def when(value: str | None) -> str:

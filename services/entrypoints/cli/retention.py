@@ -7,8 +7,9 @@
 
 ``show`` and ``set`` go over a running server by default, as ``forget`` does (``--url``, ``--key``,
 ``--json``; setting needs a key with ``memory:erase``, and who set it is the key). With
-``--tenant T`` they work locally on the data folder's store (or ``PALIMPSEST_DATABASE_URL``): no
-server and no key; who set it is ``--by``. ``serve`` applies every tenant's policy each
+``--tenant T`` they work locally on the data folder's store (``--data-dir``, or
+``PALIMPSEST_DATABASE_URL``; a folder without a database is refused, never made): no server and no
+key; who set it is ``--by``. ``serve`` applies every tenant's policy each
 ``PALIMPSEST_RETENTION_INTERVAL_SECONDS``; ``apply`` does it now for one tenant, locally, at most
 ``PALIMPSEST_RETENTION_BATCH`` turns, and says how many it erased. A running ``serve`` (or
 ``pipeline``) projects the erasures.
@@ -18,11 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
+from pathlib import Path
 from typing import Any
 
 import typer
 
+from services.entrypoints.cli import local
 from services.entrypoints.cli.forget import By, Tenant
+from services.entrypoints.cli.local import DataDir
 from services.entrypoints.cli.mcp import stdout_to_stderr
 from services.entrypoints.cli.remote import REFUSED, AsJson, Key, Url, emit, fail, remote
 
@@ -56,18 +60,18 @@ def _print_applied(answer: Mapping[str, Any]) -> None:
                f"than {answer['turn_days']} days ago")
 
 
-def _local(as_json: bool, use: Callable[[Any, Any], dict[str, Any]]) -> dict[str, Any]:
+def _local(as_json: bool, data_dir: Path | None, use: Callable[[Any, Any], dict[str, Any]]
+           ) -> dict[str, Any]:
     """``use(app, settings)`` on the data folder's store, as the operator; an error becomes
     :func:`fail`."""
     from pydantic import ValidationError
 
     from domain.errors import PalimpsestError
-    from infra.settings import Settings
     from services.entrypoints.errors import answer
     from services.factory import create_app
 
+    settings = local.settings(data_dir, as_json=as_json)
     try:
-        settings = Settings()
         with stdout_to_stderr():  # what the embedded server says on its start is not the answer
             app = create_app(settings)
         try:
@@ -86,10 +90,11 @@ def _policy(app: Any, tenant: str) -> dict[str, Any]:
 
 
 @retention.command()
-def show(tenant: str = Tenant, url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
+def show(tenant: str = Tenant, data_dir: Path = DataDir, url: str = Url, key: str = Key,
+         as_json: bool = AsJson) -> None:
     """The tenant's policy: how many days a raw turn is kept, and the cards made of it."""
     if tenant is not None:
-        answer = _local(as_json, lambda app, _: _policy(app, tenant))
+        answer = _local(as_json, data_dir, lambda app, _: _policy(app, tenant))
     else:
         with remote(url, key, as_json) as server:
             answer = server.retention()
@@ -104,8 +109,8 @@ def set_policy(days: int = typer.Option(None, "--days", min=1, show_default=Fals
                                               "extraction made of an expired turn too."),
                request_id: str = typer.Option(None, "--request-id", help="Sets once: a retry "
                                               "with the same id answers the same."),
-               tenant: str = Tenant, by: str = By, url: str = Url, key: str = Key,
-               as_json: bool = AsJson) -> None:
+               tenant: str = Tenant, by: str = By, data_dir: Path = DataDir, url: str = Url,
+               key: str = Key, as_json: bool = AsJson) -> None:
     """Set the policy: --days N (over a server, a key with memory:erase), or --keep."""
     if (days is None) == (not keep):
         fail(as_json, "usage_error", "give either --days N or --keep", exit_code=REFUSED)
@@ -115,7 +120,7 @@ def set_policy(days: int = typer.Option(None, "--days", min=1, show_default=Fals
     fields = {"turn_days": days, "extracted": extracted,
               **({"request_id": request_id} if request_id else {})}
     if tenant is not None:
-        answer = _local(as_json, lambda app, _: _set_locally(app, tenant, fields, by))
+        answer = _local(as_json, data_dir, lambda app, _: _set_locally(app, tenant, fields, by))
     else:
         with remote(url, key, as_json) as server:
             answer = server.set_retention(**fields)
@@ -132,17 +137,18 @@ def _set_locally(app: Any, tenant: str, fields: dict[str, Any], by: str) -> dict
 
 @retention.command()
 def apply(tenant: str = typer.Option(..., "--tenant", help="The tenant whose policy to apply."),
-          as_json: bool = AsJson) -> None:
+          data_dir: Path = DataDir, as_json: bool = AsJson) -> None:
     """Apply the tenant's policy now, on this machine; say how many turns it erased.
 
     At most PALIMPSEST_RETENTION_BATCH turns a run: once those erasures are projected, run it
-    again for more."""
-    from services.entrypoints.cli.cards import read_models
+    again for more.
 
+    local: opens the database in --data-dir / PALIMPSEST_DATABASE_URL directly."""
+    settings = local.settings(data_dir, as_json=as_json)
     with ExitStack() as stack:
         with stdout_to_stderr():
-            read, _ = stack.enter_context(read_models(as_json))
-        answer = _local(as_json, lambda app, settings: _apply(app, read, settings, tenant))
+            read = stack.enter_context(local.read_models(settings, as_json))
+        answer = _local(as_json, data_dir, lambda app, settings: _apply(app, read, settings, tenant))
     emit(answer, as_json, _print_applied)
 
 

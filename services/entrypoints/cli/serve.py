@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
+
+from services.entrypoints.cli import local
 
 
 def register(cli: typer.Typer) -> None:
@@ -17,20 +21,29 @@ def serve(
     key: bool = typer.Option(None, "--key/--no-key",
                              help="Make a key for the tenant 'local' on the first start (default: on "
                                   "the embedded PostgreSQL only)."),
+    data_dir: Path = local.DataDir,
+    as_json: bool = typer.Option(False, "--json", help="Once it answers, one JSON object on stdout: "
+                                 "the REST and MCP URLs, and the key when just made."),
 ) -> None:
     """Run Palimpsest: PostgreSQL and the broker (embedded unless PALIMPSEST_DATABASE_URL and
     PALIMPSEST_KAFKA_BOOTSTRAP are set), the relay, the Faust projector and the HTTP server (REST
-    under /v1, MCP at /mcp), supervised; Ctrl-C or SIGTERM stops them all within seconds."""
-    from infra.settings import Settings
-    from services.entrypoints.serve import run_serve
-    settings = Settings()
+    under /v1, MCP at /mcp), supervised; Ctrl-C or SIGTERM stops them all within seconds.
+
+    local: opens the database in --data-dir / PALIMPSEST_DATABASE_URL directly, and makes the data
+    folder on the first start."""
+    from services.entrypoints.cli.remote import fail
+    from services.entrypoints.serve import CannotListenError, run_serve
+
+    settings = local.settings(data_dir, as_json=as_json, create=True)
     if settings.persistence != "postgres":
         raise typer.BadParameter("serve needs PostgreSQL: unset PALIMPSEST_PERSISTENCE=memory")
     try:
-        code = run_serve(settings, host=host, port=port, mcp=not no_mcp, local_key=key, say=typer.echo)
-    except OSError as error:  # the port is taken, most often
-        typer.echo(f"error: cannot serve: {error}", err=True)
-        raise SystemExit(2) from None
+        code = run_serve(settings, host=host, port=port, mcp=not no_mcp, local_key=key,
+                         say=typer.echo, as_json=as_json)
+    except CannotListenError as error:
+        fail(as_json, "cannot_listen", str(error))
+    except OSError as error:
+        fail(as_json, "cannot_serve", f"cannot serve: {error}")
     exit_now(code)
 
 

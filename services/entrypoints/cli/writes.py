@@ -164,9 +164,11 @@ def register(cli: typer.Typer) -> None:
 
 def _print_cases(answer: dict[str, Any]) -> None:
     for c in answer["cases"]:
-        typer.echo(f"case {c['case_id']} on {c['subject']}/{c['label']}, opened {when(c['opened_at'])}")
-        typer.echo(f"  current:  {', '.join(c['current_values'])}")
-        typer.echo(f"  proposed: {c['proposed_value']} (valid from {when(c['proposed_valid_from'])}, "
+        where = f"{c['subject']}/{c['label']}" if c["subject"] and c["label"] else "(erased slot)"
+        typer.echo(f"case {c['case_id']} on {where}, opened {when(c['opened_at'])}")
+        typer.echo(f"  current:  {', '.join(v or '(erased)' for v in c['current_values'])}")
+        proposed = c["proposed_value"] or "(erased)"
+        typer.echo(f"  proposed: {proposed} (valid from {when(c['proposed_valid_from'])}, "
                    f"card {c['proposed_card_id']})")
         typer.echo(f"  why:      {c['reason']}")
     if not answer["cases"]:
