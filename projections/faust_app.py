@@ -82,11 +82,14 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
                      outcome: Outcome, on_failure: Callable[[], None] = stop_this_process,
                      ) -> faust.App:
     _limit_fetch_wait(settings.kafka_fetch_max_wait_ms)
+    # Faust keeps its tables there; on an external database nothing else has made the folder
+    datadir = Path(settings.data_dir).resolve() / "faust"
+    datadir.mkdir(parents=True, exist_ok=True)
     worker = faust.App(
         "palimpsest-projector",
         broker=f"kafka://{bootstrap}",
         store="memory://",
-        datadir=str(Path(settings.data_dir).resolve() / "faust"),  # not the working directory
+        datadir=str(datadir),  # not the working directory
         web_enabled=False,
         topic_partitions=settings.kafka_partitions,
         consumer_auto_offset_reset="earliest",

@@ -28,6 +28,7 @@ from services.commands import WriteResult
 from services.entrypoints import schemas as s
 from services.entrypoints.api_erasure import erasure_routes
 from services.entrypoints.api_ingest import ingest_routes, review_routes
+from services.entrypoints.api_mem0 import mem0_routes
 from services.entrypoints.errors import answer
 from services.entrypoints.metrics import ApiMetrics, Timing
 from services.entrypoints.operations import OPERATIONS
@@ -149,6 +150,7 @@ def create_api(services: Services, *, mcp_app: Any = None) -> FastAPI:
     _handle_errors(api)
     _routes(api, call, write)
     erasure_routes(api, call, write, authorized, services, "/v1")
+    mem0_routes(api, call, services)
     _probes(api, services, metrics)
     api.add_middleware(Timing, metrics=metrics)
     if mcp_app is not None:

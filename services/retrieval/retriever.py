@@ -121,6 +121,9 @@ class Retriever:
         started = time.perf_counter()
         reports = {name: RouteReport(status="unavailable", detail=why)
                    for name, why in self.unavailable.items()}
+        # read before the routes run: a write projected while they run is then overlaid (it may
+        # also be found; the overlay skips what was), never missed by both
+        projected = self._projected(tenant_id) if pending else None
         found = self._run(tenant_id, query, [*self.routes, self.slots], reports,
                           self.settings.route_timeout_ms)
         found |= self._probe(tenant_id, query, found, reports)
@@ -135,7 +138,6 @@ class Retriever:
         named = found.get("slots")
         leads = named.leads if isinstance(named, SlotHits) else ()
         with self.read.tenant(tenant_id, GENERIC_PLANS) as conn:
-            projected = self.read.position(conn, tenant_id) if pending else None
             unprojected = [w for w in pending if projected is None or w.position > projected]
             if not query.as_of:
                 kept = [w for w in unprojected if query.keeps(
@@ -169,6 +171,10 @@ class Retriever:
                                     overlaid_writes=len(unprojected),
                                     candidates_found=len(fused), candidates_loaded=len(records),
                                     total_ms=round((time.perf_counter() - started) * 1000, 2)))
+
+    def _projected(self, tenant_id: str) -> int:
+        with self.read.tenant(tenant_id, GENERIC_PLANS) as conn:
+            return self.read.position(conn, tenant_id)
 
     def _probe(self, tenant_id: str, query: RetrievalQuery, found: dict[str, Hits],
                reports: dict[str, RouteReport]) -> dict[str, Hits]:
