@@ -81,6 +81,13 @@ class Ingestion(TenantAggregate):
         text: str
         said_at: datetime
         timezone: str
+        #: The subject of the speaker's own facts; None: ``user``.
+        speaker: str | None
+        class_version = 2
+
+        @staticmethod
+        def upcast_v1_v2(state: dict[str, Any]) -> None:
+            state["speaker"] = None  # received before a turn could name its speaker
 
     class Extracted(TenantAggregate.Event):
         candidates: tuple[dict[str, Any], ...]
@@ -112,6 +119,7 @@ class Ingestion(TenantAggregate):
     def __init__(
         self, tenant_id: str, event_card_id: UUID, session_id: str, turn_id: str, role: str,
         agent_id: str | None, text: str, said_at: datetime, timezone: str, timestamp: datetime,
+        speaker: str | None = None,
     ) -> None:
         self.tenant_id = tenant_id
         self.event_card_id = event_card_id
@@ -122,6 +130,7 @@ class Ingestion(TenantAggregate):
         self.text = text
         self.said_at = said_at
         self.timezone = timezone
+        self.speaker = speaker
         self.received_at = timestamp
         self._status = IngestStatus.RECEIVED
         self.candidates: tuple[dict[str, Any], ...] = ()

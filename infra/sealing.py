@@ -89,7 +89,7 @@ def _tenant(state: State, originator: UUID) -> Unit:
 
 def _turn(state: State, originator: UUID) -> Unit:
     card = state.get("event_card_id")
-    return Unit("turn", originator, session=state.get("session_id"),
+    return Unit("turn", originator, session=state.get("session_id"), subject=state.get("speaker"),
                 cards=(card,) if card is not None else ())
 
 
@@ -127,7 +127,7 @@ PLAN: dict[str, Fields] = {
         ("rationale",), lambda s, o: Unit("proposal", o, cards=(s["src_id"], s["dst_id"])), new=True),
     "domain.proposal:Proposal.Accepted": Fields(("note",), lambda s, o: Unit("proposal", o)),
     "domain.proposal:Proposal.Rejected": Fields(("note",), lambda s, o: Unit("proposal", o)),
-    "domain.ingestion:Ingestion.Received": Fields(("text",), _turn, new=True),
+    "domain.ingestion:Ingestion.Received": Fields(("text", "speaker"), _turn, new=True),
     "domain.ingestion:Ingestion.Extracted": Fields(("candidates", "rejected"), _turn),
     "domain.ingestion:Ingestion.DeadLettered": Fields(("error",), _turn),
     "domain.receipt:Receipt.Issued": Fields(("fingerprint",), _tenant),

@@ -175,6 +175,10 @@ class IngestTurn(Command):
     said_at: datetime
     timezone: str = "UTC"
     agent_id: str | None = Field(default=None, max_length=200)
+    #: Who speaks: the subject the turn's first-person facts are written under ("I moved to
+    #: Kyoto" → this subject's address). Default ``user``; a platform serving many people in one
+    #: tenant names each (their user id).
+    speaker: str | None = Field(default=None, min_length=1, max_length=400)
 
 
 class IngestResult(BaseModel):

@@ -252,17 +252,13 @@ class Surface:
     def _ingested(self, key: Key, ids: m.Entities, messages: list[dict[str, str]], said_at: Any,
                   zone: str, token: str) -> dict[str, Any]:
         """The turns handed to ingest: extraction writes the speaker's facts in the background."""
-        if ids.user_ids and ids.user_ids != (m.SPEAKER,):
-            raise m.unsupported(
-                f"infer=True for user_id {ids.user_ids[0]!r}: extraction writes what the speaker "
-                f"says about themselves under the subject {m.SPEAKER!r} of the key's tenant, so two "
-                "users of one tenant would overwrite each other's facts. Store it as given "
-                "(infer=False), or give each end user a key (a tenant) of their own and use "
-                f"user_id={m.SPEAKER!r}")
+        if len(ids.user_ids) > 1:
+            raise m.refuse("infer=True speaks for one user: give one user_id")
         session = ids.single("run_id") or f"mem0-{token}"
         turns = [{"session_id": session, "turn_id": f"{token}-{index}",
                   "role": message["role"], "text": message["content"], "said_at": said_at,
-                  "timezone": zone, "agent_id": ids.single("agent_id")}
+                  "timezone": zone, "agent_id": ids.single("agent_id"),
+                  "speaker": ids.user_ids[0] if ids.user_ids else None}
                  for index, message in enumerate(messages)]
         out = self.call("ingest", key, {"turns": turns})
         on = out.extraction.on

@@ -42,6 +42,10 @@ class TurnInput(BaseModel):
                           description="The user's IANA zone: relative times (昨天, last week) are "
                           "resolved in it")
     agent_id: str | None = Field(default=None, max_length=200)
+    speaker: str | None = Field(
+        default=None, min_length=1, max_length=400,
+        description="The subject the speaker's own facts are written under (default user): a "
+        "platform serving many people in one tenant names each")
 
 
 class IngestInput(s.Request):

@@ -22,7 +22,7 @@ from typing import Any
 
 from services.ingest.resolution import USER
 
-#: The subject extraction gives the person speaking: ``infer=True`` serves this user only.
+#: The subject extraction gives the person speaking when a turn names no ``user_id``.
 SPEAKER = USER
 AGENT, RUN = "agent:", "run:"
 ENTITY_KEYS = ("user_id", "agent_id", "run_id")

@@ -24,7 +24,7 @@ from domain.base import derived_id
 from domain.event_card import EventCard
 from domain.ingestion import Ingestion, Role, check_zone, parse_role
 from domain.rules.tags import normalise_tags
-from domain.rules.validation import check_content, check_not_future
+from domain.rules.validation import check_content, check_not_future, check_slot_part
 from domain.values import Provenance, Scope, ScopeKind, Source
 from services.application import BaseApplication
 from services.commands import (
@@ -70,6 +70,8 @@ class IngestCommands(BaseApplication):
         check_zone(command.timezone)
         said_at = check_not_future(command.said_at, now, self.policy, "said_at")
         text = check_content(command.text, self.policy, "text")
+        speaker = (check_slot_part(check_content(command.speaker, self.policy, "speaker"), "speaker")
+                   if command.speaker is not None else None)
         card = _event_card(
             event_card_id(tenant_id, command.session_id, command.turn_id),
             tenant_id=tenant_id, scope=Scope(ScopeKind.PERSONAL), description=text,
@@ -83,7 +85,7 @@ class IngestCommands(BaseApplication):
         ingestion = Ingestion(
             tenant_id=tenant_id, event_card_id=card.id, session_id=command.session_id,
             turn_id=command.turn_id, role=role.value, agent_id=command.agent_id, text=text,
-            said_at=said_at, timezone=command.timezone, timestamp=now,
+            said_at=said_at, timezone=command.timezone, timestamp=now, speaker=speaker,
         )
         return [card, ingestion], _received(ingestion, replayed=False)
 

@@ -18,7 +18,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 from uuid import UUID
@@ -64,6 +64,9 @@ class TurnToExtract:
     timezone: str = "UTC"
     #: The turn's episodic event card: knowledge cards are ``evidenced_by`` it.
     event_card_id: UUID | None = None
+    #: The subject the speaker's own facts are written under (the model always calls them
+    #: ``user``: :func:`speaker_view`, :func:`as_speaker`).
+    speaker: str = USER
 
     @property
     def zone(self) -> ZoneInfo:
@@ -232,6 +235,20 @@ class Shown:
                                          else set(_WORD.findall(name)) & words):
                 chosen.append(slot)
         return chosen[:self.slots]
+
+
+def speaker_view(slots: Sequence[CatalogueSlot], speaker: str) -> list[CatalogueSlot]:
+    """The tenant's slots as a turn of ``speaker`` sees them: the speaker's own as ``user`` (the
+    name the extraction gives whoever speaks), another speaker's ``user`` slots left out."""
+    if speaker == USER:
+        return list(slots)
+    return [replace(slot, subject=USER) if slot.subject == speaker else slot
+            for slot in slots if slot.subject != USER]
+
+
+def as_speaker(subject: str, speaker: str) -> str:
+    """A resolved subject in the tenant's terms: ``user`` is the turn's speaker."""
+    return speaker if subject == USER else subject
 
 
 _WORD = re.compile(r"[^\W\d_]{3,}")

@@ -34,6 +34,7 @@ import random
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 from uuid import UUID
 
@@ -42,6 +43,7 @@ from domain.ingestion import Ingestion
 from infra.relay_messages import RelayError, decode_messages
 from services.commands import Link, Remember
 from services.ingest.admission import Admission, near_twin, twin_proposal
+from services.ingest.candidates import Candidate
 from services.ingest.catalogue import Catalogue, CatalogueSlot, NoCatalogue
 from services.ingest.extraction import (
     ExtractionFailed,
@@ -49,9 +51,11 @@ from services.ingest.extraction import (
     Shown,
     TurnContext,
     TurnToExtract,
+    as_speaker,
     plan_commands,
+    speaker_view,
 )
-from services.ingest.resolution import Thresholds
+from services.ingest.resolution import USER, Thresholds
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +159,7 @@ class IngestWorker:
                             ingestion.session_id, ingestion.turn_id, failed.attempts, failed)
                 return "dead_letter"
             admitted = self.admission.admit(extraction.candidates, context.texts(turn), slots)
+            admitted.candidates = [_spoken_by(c, turn.speaker) for c in admitted.candidates]
             if admitted.rejected:  # the values stay out of the log: it is not erasable text
                 log.info("ingest: turn %s/%s: %d candidate(s) not grounded in the text shown, "
                          "not written", turn.session_id, turn.turn_id, len(admitted.rejected))
@@ -178,7 +183,7 @@ class IngestWorker:
         with self._written_lock:
             position = self._written.get(turn.tenant_id, 0)
         self.catalogue.wait_for(turn.tenant_id, position, self.shown.wait_seconds)
-        slots = self.catalogue.slots(turn.tenant_id)
+        slots = speaker_view(self.catalogue.slots(turn.tenant_id), turn.speaker)
         previous = self.catalogue.previous_turns(turn.tenant_id, turn.session_id, turn.said_at,
                                                  self.shown.turns)
         texts = [turn.text, *(prior.text for prior in previous)]
@@ -255,7 +260,15 @@ def turn_of(ingestion: Ingestion) -> TurnToExtract:
         tenant_id=ingestion.tenant_id, ingestion_id=ingestion.id, session_id=ingestion.session_id,
         turn_id=ingestion.turn_id, role=ingestion.role, agent_id=ingestion.agent_id,
         text=ingestion.text, said_at=ingestion.said_at, timezone=ingestion.timezone,
-        event_card_id=ingestion.event_card_id)
+        event_card_id=ingestion.event_card_id, speaker=ingestion.speaker or USER)
+
+
+def _spoken_by(candidate: Candidate, speaker: str) -> Candidate:
+    """A candidate in the tenant's terms: what the extraction calls ``user`` is the speaker."""
+    resolution = candidate.resolution
+    if resolution is not None and "subject" in resolution:
+        resolution = {**resolution, "subject": as_speaker(resolution["subject"], speaker)}
+    return replace(candidate, subject=as_speaker(candidate.subject, speaker), resolution=resolution)
 
 
 def _pairs(items: list[UUID]) -> Iterable[tuple[UUID, UUID]]:

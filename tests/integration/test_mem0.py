@@ -30,7 +30,7 @@ os.environ.setdefault("MEM0_TELEMETRY", "false")  # before mem0 is imported: no 
 os.environ.setdefault("MEM0_DIR", tempfile.mkdtemp(prefix="mem0-"))  # not the user's ~/.mem0
 ALL = ("memory:read", "memory:write", "memory:admin", "memory:erase")
 #: What the scripted model extracts from a turn: (a word of the turn, the label, the value).
-FACTS = [("Paris", "city", "Paris"), ("Berlin", "city", "Berlin")]
+FACTS = [("Paris", "city", "Paris"), ("Berlin", "city", "Berlin"), ("Rome", "city", "Rome")]
 
 
 def mem0() -> Any:
@@ -212,28 +212,33 @@ def test_an_update_supersedes_and_history_shows_both_timelines(world: World) -> 
 
 
 def test_extraction_supersedes_a_contradicted_fact_and_history_shows_both(world: World) -> None:
+    """Two users of one tenant, each speaking for themselves: each one's facts land under their
+    own user_id (the turn's speaker), a contradiction supersedes, and neither sees the other's."""
     client = world.client("speaker")
-    first = client.add([{"role": "user", "content": "I live in Paris"}], user_id="user",
+    ada, bo = f"ada-{uuid4().hex[:6]}", f"bo-{uuid4().hex[:6]}"
+    first = client.add([{"role": "user", "content": "I live in Paris"}], user_id=ada,
                        run_id="chat-1")
     assert first["status"] == "PENDING" and first["palimpsest"]["extraction"]["on"] is True
-    eventually(lambda: texts(client.search("where do I live", filters={"user_id": "user"})) ==
+    client.add([{"role": "user", "content": "I live in Rome"}], user_id=bo, run_id="chat-3")
+    eventually(lambda: texts(client.search("where do I live", filters={"user_id": ada})) ==
                ["Paris"])
-    client.add([{"role": "user", "content": "I moved to Berlin last week"}], user_id="user",
+    client.add([{"role": "user", "content": "I moved to Berlin last week"}], user_id=ada,
                run_id="chat-2")
     found = eventually(lambda: (hits := client.search(
-        "where do I live", filters={"user_id": "user"}))["results"] and texts(hits) == ["Berlin"]
+        "where do I live", filters={"user_id": ada}))["results"] and texts(hits) == ["Berlin"]
         and hits)
     berlin = found["results"][0]
+    assert berlin["user_id"] == ada
     assert berlin["palimpsest"]["source"] == "agent_inferred" and berlin["categories"] == [
         "fact", "city"]
     entries = [(e["event"], e["old_memory"], e["new_memory"]) for e in client.history(berlin["id"])
                if e["event"] != "NONE"]
     assert entries == [("ADD", None, "Paris"), ("UPDATE", "Paris", "Berlin")]
-    assert texts(client.get_all(filters={"user_id": "user"})) == ["Berlin"]
+    assert texts(client.get_all(filters={"user_id": ada})) == ["Berlin"]
+    assert eventually(lambda: texts(client.get_all(filters={"user_id": bo})) == ["Rome"])
+    assert "Rome" not in texts(client.search("where do I live", filters={"user_id": ada}))
     by_run = texts(client.search("Berlin", filters={"run_id": "chat-2"}))
     assert "Berlin" in by_run  # the extracted fact (and the turn itself, a conversation record)
-    with pytest.raises(mem0().exceptions.MemoryError, match="infer=False"):
-        client.add("I live in Rome", user_id="dave")  # extraction speaks for one user a tenant
 
 
 def test_delete_erases_one_memory_and_delete_all_a_user(world: World) -> None:

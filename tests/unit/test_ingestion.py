@@ -16,6 +16,7 @@ from domain.errors import (
     ContentTooLargeError,
     EmptyContentError,
     FutureTimeError,
+    InvalidCommandError,
     InvalidKindError,
     InvalidTextError,
     InvalidTimeError,
@@ -306,3 +307,31 @@ def test_an_extraction_recorded_before_rejections_were_kept_reads_with_none(app)
     assert tuple(event.rejected) == () and list(event.candidates) == [{"kind": "event"}]
     assert list(app.load(tenant, ingestion_id, Ingestion).rejected) == [
         {"value": "x", "rejected": "no support"}]
+
+
+# ---- who speaks ----------------------------------------------------------------------------
+
+
+def test_a_turn_keeps_its_speaker_and_refuses_one_that_names_no_subject(app) -> None:
+    tenant = new_tenant()
+    result = received(app, tenant, speaker="ada-7")
+    assert app.load(tenant, result.ingestion_id, Ingestion).speaker == "ada-7"
+    assert app.load(tenant, received(app, tenant, turn_id="2").ingestion_id, Ingestion).speaker is None
+    before = stored_count(app)
+    for bad in ("a/b", "   ", "x\x00"):
+        with pytest.raises(InvalidCommandError, match="speaker"):
+            received(app, tenant, turn_id="3", speaker=bad)
+    assert stored_count(app) == before
+
+
+def test_the_speaker_sees_their_own_slots_as_the_user_and_no_one_elses() -> None:
+    from services.ingest.catalogue import CatalogueSlot
+    from services.ingest.extraction import as_speaker, speaker_view
+
+    slots = [CatalogueSlot("user", "city", "single_value", ("Taipei",)),
+             CatalogueSlot("ada", "city", "single_value", ("Paris",)),
+             CatalogueSlot("Mia", "job", "single_value", ("nurse",))]
+    assert speaker_view(slots, "user") == slots
+    seen = speaker_view(slots, "ada")
+    assert [(s.subject, s.values) for s in seen] == [("user", ("Paris",)), ("Mia", ("nurse",))]
+    assert (as_speaker("user", "ada"), as_speaker("Mia", "ada")) == ("ada", "Mia")
