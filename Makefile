@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve demo test test-containers bench bench-api bench-commands bench-ingest bench-sealing bench-erasure bench-ingest-quality bench-retrieval bench-latest-first bench-aging bench-faults bench-contention soak typecheck clean
+.PHONY: serve demo test docs test-containers bench bench-api bench-commands bench-ingest bench-sealing bench-erasure bench-ingest-quality bench-retrieval bench-latest-first bench-aging bench-faults bench-contention soak typecheck clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -19,6 +19,10 @@ serve: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/palimpsest demo
+
+# The documentation site, built strict (a broken link or anchor fails it), into site/.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
 
 test: $(STAMP)
 	$(BIN)/ruff check .

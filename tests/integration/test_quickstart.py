@@ -1,6 +1,6 @@
 """``palimpsest demo`` as a user runs it on the embedded default: its history written through the REST
 client to a server in its own process, projected through the relay, Kafka and Faust; and the
-README's Python examples."""
+in-process Python examples of the documentation."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.docs_examples import Example, Outcome, blocks
 
 pytestmark = pytest.mark.integration
 
@@ -52,18 +54,30 @@ def test_errors_are_reported_without_a_traceback(tmp_path: Path) -> None:
     assert done.returncode != 0 and "Traceback" not in done.stderr
 
 
-def _examples() -> list[str]:
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    return [block.split("```\n", 1)[0] for block in readme.split("```python\n")[1:]]
+def _in_process_examples() -> list[tuple[str, str]]:
+    """The documentation's Python examples of the in-process application: each opens a database
+    of its own, so ``tests/docs_examples`` leaves them out (no-run) and they run here, each in a
+    folder of its own. (where, code)"""
+    found = []
+    for page in sorted((Path(__file__).parents[2] / "docs").rglob("*.md")):
+        for line, language, code, no_run in blocks(page):
+            if language == "python" and no_run and "Settings(" in code:
+                found.append((f"{page.name}:{line}", code))
+    return found
 
 
-@pytest.mark.parametrize("marker", ["create_app(Settings())", "create_queries(settings)"])
-def test_the_readme_python_examples_run(tmp_path: Path, marker: str) -> None:
-    (example,) = [block for block in _examples() if marker in block]
+@pytest.mark.parametrize("example", _in_process_examples(), ids=lambda e: e[0])
+def test_the_in_process_examples_run(tmp_path: Path, example: tuple[str, str]) -> None:
     env = {**os.environ, "PALIMPSEST_DATA_DIR": str(tmp_path / "data")}
     env.pop("PALIMPSEST_PERSISTENCE", None)
     done = subprocess.run(
-        [sys.executable, "-c", example], env=env, capture_output=True, text=True, timeout=300,
+        [sys.executable, "-c", example[1]], env=env, capture_output=True, text=True, timeout=300,
         check=False, cwd=tmp_path,
     )
-    assert done.returncode == 0, done.stderr
+    outcome = Outcome(Example(tmp_path / example[0], 1, "python", example[1]), 1, done.returncode,
+                      done.stdout + "\n" + done.stderr)
+    assert outcome.ok, outcome.report()  # it ran, and printed what its comments say
+
+
+def test_there_are_in_process_examples() -> None:
+    assert len(_in_process_examples()) >= 2
