@@ -171,7 +171,7 @@ def _(event: Any) -> list[Op]:
         "current_card_ids": [card.card_id for card in event.current],
         "proposed_value": plain(proposal.value), "proposed_card_id": proposal.card_id,
         "proposed_valid_from": proposal.valid_from, "reason": event.reason,
-        "opened_at": event.timestamp,
+        "opened_at": event.timestamp, **proposed_by(proposal),
     })]
 
 
@@ -180,7 +180,15 @@ def _(event: Any) -> list[Op]:
     """One row per case: it shows the latest proposal (the one accept_new takes by default)."""
     proposal: StateCard = event.proposal
     return [AddProposal(event.tenant_id, event.originator_id, plain(proposal.value),
-                        proposal.card_id, proposal.valid_from, event.reason)]
+                        proposal.card_id, proposal.valid_from, event.reason, proposed_by(proposal))]
+
+
+def proposed_by(proposal: StateCard) -> dict[str, Any]:
+    """A case's ``PROPOSED_PROVENANCE`` columns: who wrote the proposal, how sure."""
+    made = proposal.provenance
+    return {"proposed_source": str(made.source.value), "proposed_agent_id": made.agent_id,
+            "proposed_session_id": made.session_id,
+            "proposed_confidence": made.inference_confidence}
 
 
 @project.register(ArbitrationCase.Decided)  # type: ignore[attr-defined]

@@ -71,6 +71,8 @@ class AddProposal:
     proposed_card_id: UUID
     proposed_valid_from: datetime
     reason: str
+    #: The proposal's provenance: ``PROPOSED_PROVENANCE`` → value.
+    provenance: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -161,7 +163,11 @@ CHANGEABLE = frozenset({
 CASE_COLUMNS = (
     "tenant_id", "case_id", "slot_id", "subject", "label", "current_values", "current_card_ids",
     "proposed_value", "proposed_card_id", "proposed_valid_from", "reason", "opened_at",
+    "proposed_source", "proposed_agent_id", "proposed_session_id", "proposed_confidence",
 )
+#: The columns of a case that say who proposed its value (a later proposal replaces them).
+PROPOSED_PROVENANCE = ("proposed_source", "proposed_agent_id", "proposed_session_id",
+                       "proposed_confidence")
 #: Columns of ``card_versions``, as a version copies them from its card's row.
 VERSION_COLUMNS = ("tenant_id", "card_id", "version", "content", "title", "status", "valid",
                    "known", "retracted", "verified_at", "erased_at")

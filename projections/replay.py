@@ -114,13 +114,13 @@ def swap(admin: Database, live: str, fresh: str) -> None:
 
 
 def make_projector(settings: Settings, app: Palimpsest, schema: str | None = None,
-                   admin: Database | None = None, known_at: datetime | None = None
-                   ) -> Projector:
-    """The incremental projector as the projector role, reading gaps, retried aggregates and
-    the skip decisions (those recorded by ``known_at``, if given) from ``app``'s log; after an
-    erasure, ``app``'s key ring (if any) forgets the destroyed keys and the touched tables are
-    vacuumed (:mod:`projections.erasures`)."""
-    projector_db = projector_database(admin or admin_database(settings), settings)
+                   admin: Database | None = None, known_at: datetime | None = None,
+                   projector_db: Database | None = None) -> Projector:
+    """The incremental projector as the projector role (``projector_db``, else made from
+    ``admin``), reading gaps, retried aggregates and the skip decisions (those recorded by
+    ``known_at``, if given) from ``app``'s log; after an erasure, ``app``'s key ring (if any)
+    forgets the destroyed keys and the touched tables are vacuumed (:mod:`projections.erasures`)."""
+    projector_db = projector_db or projector_database(admin or admin_database(settings), settings)
     schema = schema or settings.read_schema
 
     def fetch_missing(originator_id: UUID, after: int, before: int | None) -> list[Delivered]:

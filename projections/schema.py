@@ -239,6 +239,11 @@ ALTER TABLE {s}.arbitration_queue ADD COLUMN IF NOT EXISTS current_card_ids uuid
 ALTER TABLE {s}.arbitration_queue ALTER COLUMN subject DROP NOT NULL;
 ALTER TABLE {s}.arbitration_queue ALTER COLUMN label DROP NOT NULL;
 ALTER TABLE {s}.arbitration_queue ALTER COLUMN proposed_value DROP NOT NULL;
+-- Who proposed the case's (latest) value, and how sure: the proposal is no card yet.
+ALTER TABLE {s}.arbitration_queue ADD COLUMN IF NOT EXISTS proposed_source text;
+ALTER TABLE {s}.arbitration_queue ADD COLUMN IF NOT EXISTS proposed_agent_id text;
+ALTER TABLE {s}.arbitration_queue ADD COLUMN IF NOT EXISTS proposed_session_id text;
+ALTER TABLE {s}.arbitration_queue ADD COLUMN IF NOT EXISTS proposed_confidence double precision;
 ALTER TABLE {s}.proposals ALTER COLUMN rationale DROP NOT NULL;
 -- The card's version an embedding was made at (the embedding projection re-checks a card whose
 -- version moved on); ``content_hash`` is the text's keyed hash, the embedding cache's key.

@@ -21,6 +21,7 @@ from projections.ops import (
     CHANGEABLE,
     ERASURE_COLUMNS,
     FROM_SLOT,
+    PROPOSED_PROVENANCE,
     RECORDS,
     SLOT_COLUMNS,
     TOMBSTONE,
@@ -156,7 +157,9 @@ class PostgresSink:
             "WHERE tenant_id = %s AND case_id = %s").format(s)
         self._propose = sql.SQL(
             "UPDATE {}.arbitration_queue SET proposed_value = %s, proposed_card_id = %s, "
-            "proposed_valid_from = %s, reason = %s WHERE tenant_id = %s AND case_id = %s").format(s)
+            "proposed_valid_from = %s, reason = %s, " + ", ".join(
+                f"{c} = %s" for c in PROPOSED_PROVENANCE)
+            + " WHERE tenant_id = %s AND case_id = %s").format(s)
         self._changes: dict[tuple[str, ...], str] = {}
         self._records = {table: _insert(s, table, columns).as_string(None)
                          for table, (_, columns) in RECORDS.items()}
@@ -252,7 +255,8 @@ class PostgresSink:
 
     def _add_proposal(self, op: AddProposal, cur: psycopg.Cursor[Any]) -> None:
         cur.execute(self._propose, (op.proposed_value, op.proposed_card_id, op.proposed_valid_from,
-                                    op.reason, op.tenant_id, op.case_id))
+                                    op.reason, *(op.provenance.get(c) for c in PROPOSED_PROVENANCE),
+                                    op.tenant_id, op.case_id))
 
     def _decide_case(self, op: DecideCase, cur: psycopg.Cursor[Any]) -> None:
         cur.execute(self._decide, (op.decision, op.decided_by, op.decided_at, op.tenant_id,
@@ -487,7 +491,8 @@ class MemorySink:
     def _add_proposal(self, op: AddProposal) -> None:
         self.cases.get((op.tenant_id, op.case_id), {}).update(
             proposed_value=op.proposed_value, proposed_card_id=op.proposed_card_id,
-            proposed_valid_from=op.proposed_valid_from, reason=op.reason)
+            proposed_valid_from=op.proposed_valid_from, reason=op.reason,
+            **{c: op.provenance.get(c) for c in PROPOSED_PROVENANCE})
 
     def _decide_case(self, op: DecideCase) -> None:
         self.cases.get((op.tenant_id, op.case_id), {}).update(

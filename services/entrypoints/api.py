@@ -25,6 +25,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 from domain.errors import InvalidCommandError, PalimpsestError, PayloadTooLargeError
 from services.bootstrap import Services
 from services.commands import WriteResult
+from services.console import mount_console
 from services.entrypoints import schemas as s
 from services.entrypoints.api_erasure import erasure_routes
 from services.entrypoints.api_ingest import ingest_routes, review_routes
@@ -152,6 +153,7 @@ def create_api(services: Services, *, mcp_app: Any = None) -> FastAPI:
     erasure_routes(api, call, write, authorized, services, "/v1")
     mem0_routes(api, call, services)
     _probes(api, services, metrics)
+    mount_console(api, services)
     api.add_middleware(Timing, metrics=metrics)
     if mcp_app is not None:
         api.mount("/mcp", mcp_app)

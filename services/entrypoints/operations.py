@@ -204,7 +204,8 @@ def briefing(services: Services, who: Principal, data: s.BriefingInput) -> s.Bri
 
 
 _PENDING_CASES = """SELECT case_id, slot_id, subject, label, current_values, proposed_value,
-    proposed_card_id, proposed_valid_from, reason, opened_at FROM {s}.arbitration_queue
+    proposed_card_id, proposed_valid_from, reason, opened_at, proposed_source, proposed_agent_id,
+    proposed_session_id, proposed_confidence FROM {s}.arbitration_queue
 WHERE decision IS NULL ORDER BY opened_at, case_id"""
 
 

@@ -240,6 +240,11 @@ class ArbitrationCase(BaseModel):
     proposed_valid_from: datetime
     reason: str
     opened_at: datetime
+    #: Who proposed the value, and how sure (none for a case projected before they were kept).
+    proposed_source: str | None = None
+    proposed_agent_id: str | None = None
+    proposed_session_id: str | None = None
+    proposed_confidence: float | None = None
 
 
 class ArbitrationsOutput(Answered):

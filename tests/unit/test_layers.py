@@ -1,7 +1,8 @@
 """Imports point down the path of a write (DESIGN §6): ``domain`` imports nothing of ours;
 ``infra`` and ``projections`` never import ``services`` — at the top of a module or inside a
 function. The edges live together in ``services/entrypoints/``: the command line, REST, MCP and
-the process mains; only they import the composition root ``services/bootstrap.py``."""
+the process mains — and the console, a person's pages of the REST app, in ``services/console/``;
+only they import the composition root ``services/bootstrap.py``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ OURS = ("domain", "services", "infra", "projections")
 FORBIDDEN = {"domain": ("services", "infra", "projections"),
              "infra": ("services",), "projections": ("services",)}
 ENTRYPOINTS = ROOT / "services" / "entrypoints"
+#: The edges: the entrypoints, and the console's pages (served by the REST app).
+EDGES = (ENTRYPOINTS, ROOT / "services" / "console")
 #: The libraries of an edge: a command line (typer) or an HTTP server (uvicorn).
 EDGE_LIBRARIES = {"typer", "uvicorn"}
 
@@ -54,7 +57,7 @@ def ours() -> list[Path]:
 
 
 def outside_entrypoints() -> list[Path]:
-    return [p for p in ours() if not p.is_relative_to(ENTRYPOINTS)]
+    return [p for p in ours() if not any(p.is_relative_to(edge) for edge in EDGES)]
 
 
 def rel(path: Path) -> str:
