@@ -7,6 +7,9 @@ import pytest
 from infra.postgres import Database, admin_database, bootstrap, runtime_database, stop_embedded
 from infra.settings import Settings
 
+# The console's fixtures, defined once for the session (one server, one browser):
+from tests.integration.console_support import browser, console, console_errors, page  # noqa: F401
+
 
 @pytest.fixture(scope="session")
 def pg_settings(tmp_path_factory: pytest.TempPathFactory) -> Settings:

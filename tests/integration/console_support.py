@@ -2,9 +2,8 @@
 (its own PostgreSQL and broker in a temporary folder), keys made as an operator makes them, and
 Debian's Chromium driven by Playwright (no browser download: ``executable_path`` is the system's).
 
-    from tests.integration.console_support import (  # noqa: F401 - fixtures
-        browser, console, console_errors, page)
-
+    # the fixtures are the integration suite's (tests/integration/conftest.py): defined once, so
+    # the session holds one server and one browser whichever modules use them
     def test_something(console, page):
         key = console.new_key()                 # a new tenant's key with every scope
         sign_in(page, console.url, key)
@@ -14,7 +13,7 @@ Debian's Chromium driven by Playwright (no browser download: ``executable_path``
 * ``console`` (session): :class:`Console` — ``url``, ``new_key(tenant=None, *scopes)``,
   ``client(key)`` (a ``palimpsest_client.Client``), ``llm`` (the fake OpenAI-compatible server the
   ingest worker calls; it answers 500 unless scripted, so an ingested turn is dead-lettered).
-  One server for the whole session, shared by every module that imports the fixture.
+  One server for the whole session, shared by every module that uses the fixture.
 * ``browser`` (session): Chromium; ``page`` (each test): a new context at 1280×800 whose console
   errors and uncaught exceptions go to ``console_errors``; the test fails at teardown if any is
   left there (a test that expects one — a 401 page — clears it).

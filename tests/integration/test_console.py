@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the fixtures of console_support are imported, then named as parameters
 """The console's sign-in and action pages in Chromium against a real ``palimpsest serve``: a
 wrong key cannot sign in; three pending cases are decided, one with each button, and each decision
 shows in ``history`` over REST; a proposal is accepted and another rejected; a dead-lettered turn
@@ -19,16 +18,7 @@ import httpx
 import pytest
 
 from tests.fakes.openai_server import NO_CANDIDATES
-from tests.integration.console_support import (  # noqa: F401 - fixtures
-    Console,
-    browser,
-    console,
-    console_errors,
-    eventually,
-    page,
-    shoot,
-    sign_in,
-)
+from tests.integration.console_support import Console, eventually, shoot, sign_in
 
 pytestmark = pytest.mark.integration
 

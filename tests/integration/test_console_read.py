@@ -1,4 +1,3 @@
-# ruff: noqa: F811 - the fixtures of console_support are imported, then named as parameters
 """The console's read pages in Chromium against a real ``palimpsest serve``: a slot of five
 versions draws five, and one opens its card; the time-travel pickers change the answer to the
 value then; the cards page lists, pages and draws its counts as bars; a card's graph lists its
@@ -16,16 +15,7 @@ from uuid import uuid4
 
 import pytest
 
-from tests.integration.console_support import (  # noqa: F401 - fixtures
-    Console,
-    browser,
-    console,
-    console_errors,
-    eventually,
-    page,
-    shoot,
-    sign_in,
-)
+from tests.integration.console_support import Console, eventually, shoot, sign_in
 
 pytestmark = pytest.mark.integration
 
