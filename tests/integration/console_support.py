@@ -14,7 +14,7 @@ Debian's Chromium driven by Playwright (no browser download: ``executable_path``
   ``client(key)`` (a ``palimpsest_client.Client``), ``llm`` (the fake OpenAI-compatible server the
   ingest worker calls; it answers 500 unless scripted, so an ingested turn is dead-lettered).
   One server for the whole session, shared by every module that uses the fixture.
-* ``browser`` (session): Chromium; ``page`` (each test): a new context at 1280×800 whose console
+* ``browser`` (module): Chromium; ``page`` (each test): a new context at 1280×800 whose console
   errors and uncaught exceptions go to ``console_errors``; the test fails at teardown if any is
   left there (a test that expects one — a 401 page — clears it).
 """
@@ -112,9 +112,11 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
             _shared.clear()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """Debian's Chromium under Playwright (never a downloaded browser)."""
+    """Debian's Chromium under Playwright (never a downloaded browser), for one module: while
+    Playwright's sync driver runs, its event loop holds this thread, and every later test that
+    runs a loop of its own (MCP, async clients) would find it there."""
     from playwright.sync_api import sync_playwright
 
     executable = shutil.which("chromium")
