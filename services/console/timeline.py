@@ -78,8 +78,8 @@ class Box:
 
 @dataclass(frozen=True)
 class Mark:
-    """Something that happened at one moment: ``verified``, ``retracted``, ``erased`` or a
-    pending ``arbitration``."""
+    """Something that happened at one moment: ``verified``, ``retracted``, ``erased``, a pending
+    ``arbitration`` or a ``decided`` one."""
 
     kind: str
     at: datetime
@@ -156,7 +156,8 @@ class Layout:
 def draw(history: Sequence[CardHistory], now: datetime,
          cases: Iterable[ArbitrationCase] = (), zone: tzinfo = UTC) -> Layout:
     """The layout of ``history`` (a slot's cards, oldest first) at ``now``, with the slot's
-    pending ``cases``; tick labels in ``zone``."""
+    arbitration ``cases`` (pending ones where they were heard, decided ones where the decision was
+    recorded); tick labels in ``zone``."""
     pending = list(cases)
     valid = _axis(_valid_moments(history, pending, now), LEFT, RIGHT)
     known = _axis(_known_moments(history, pending, now), BOTTOM, TOP)
@@ -197,7 +198,7 @@ def _valid_moments(history: Sequence[CardHistory], cases: Sequence[ArbitrationCa
 
 def _known_moments(history: Sequence[CardHistory], cases: Sequence[ArbitrationCase],
                    now: datetime) -> list[datetime]:
-    moments = [now, *(c.opened_at for c in cases)]
+    moments = [now, *(c.decided_at or c.opened_at for c in cases)]
     for card in history:
         moments += [m for v in card.versions for m in (v.known_from, v.known_to, v.verified_at) if m]
         moments += [card.erased_at] if card.erased_at else []
@@ -290,5 +291,8 @@ def _arrows(history: Sequence[CardHistory], drawn: dict[UUID, Drawn]) -> tuple[A
 
 def _case(case: ArbitrationCase, valid: Axis, known: Axis) -> Mark:
     value = "erased" if case.proposed_value is None else case.proposed_value
-    return Mark("arbitration", case.opened_at, valid.at(case.proposed_valid_from),
-                known.at(case.opened_at), f"pending: {value}")
+    x = valid.at(case.proposed_valid_from)
+    if case.decision is None or case.decided_at is None:
+        return Mark("arbitration", case.opened_at, x, known.at(case.opened_at), f"pending: {value}")
+    return Mark("decided", case.decided_at, x, known.at(case.decided_at),
+                f"{case.decision} by {case.decided_by}: {value}")

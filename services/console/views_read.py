@@ -74,8 +74,9 @@ def timeline_page(request: Request, who: SignedIn, ref: str = "", subject: str =
     if found is None:
         return _page(request, who, "timeline.html", ref=ref, layout=None, problem=problem)
     cards, slot = _slot_of(who, found.cards)
-    pending = who.attempt("arbitrations", {})[0] if slot is not None else None
-    cases = [c for c in pending.cases if c.slot_id == slot] if pending is not None else []
+    found_cases = (who.attempt("arbitrations", {"decided": True, "slot_id": slot})[0]
+                   if slot is not None else None)
+    cases = found_cases.cases if found_cases is not None else []
     queries = who.services.queries
     layout = timeline.draw(cards, queries.now(), cases, queries.zone)
     return _page(request, who, "timeline.html", ref=ref, layout=layout, cards=cards, problem=None)

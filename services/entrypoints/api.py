@@ -294,8 +294,10 @@ def _routes(api: FastAPI, call: Call, write: Write) -> None:  # noqa: C901 - one
 
     @api.get(v1 + "/arbitrations", response_model=s.ArbitrationsOutput, tags=["reads"],
              summary=OPERATIONS["arbitrations"].summary)
-    def arbitrations(key: Key, min_position: MinPosition = None) -> Any:
-        return call("arbitrations", key, {"min_position": min_position})
+    def arbitrations(key: Key, decided: bool = False, slot_id: UUID | None = None,
+                     min_position: MinPosition = None) -> Any:
+        return call("arbitrations", key, {"decided": decided, "slot_id": slot_id,
+                                          "min_position": min_position})
 
     @api.get(v1 + "/status", response_model=s.StatusOutput, tags=["reads"],
              summary=OPERATIONS["status"].summary)

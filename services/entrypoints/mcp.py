@@ -135,7 +135,7 @@ TOOLS: tuple[ToolSpec, ...] = (
     ToolSpec("history", "history", "History of a card or slot"),
     ToolSpec("briefing", "briefing", "Briefing"),
     ToolSpec("resolve", "move", "Move a commitment or blocker"),
-    ToolSpec("arbitrations", "arbitrations", "Pending arbitrations"),
+    ToolSpec("arbitrations", "arbitrations", "Arbitration cases: pending, or decided too"),
     ToolSpec("arbitrate", "arbitrate", "Decide an arbitration"),
     ToolSpec("context", "context", "Prompt context"),
     ToolSpec("list_cards", "list_cards", "List cards along the six axes"),

@@ -203,10 +203,12 @@ def briefing(services: Services, who: Principal, data: s.BriefingInput) -> s.Bri
     return s.BriefingOutput(**dict(found), freshness=freshness)
 
 
-_PENDING_CASES = """SELECT case_id, slot_id, subject, label, current_values, proposed_value,
+_CASES = """SELECT case_id, slot_id, subject, label, current_values, proposed_value,
     proposed_card_id, proposed_valid_from, reason, opened_at, proposed_source, proposed_agent_id,
-    proposed_session_id, proposed_confidence FROM {s}.arbitration_queue
-WHERE decision IS NULL ORDER BY opened_at, case_id"""
+    proposed_session_id, proposed_confidence, decision, decided_by, decided_at
+FROM {s}.arbitration_queue
+WHERE (%(decided)s OR decision IS NULL) AND (%(slot)s::uuid IS NULL OR slot_id = %(slot)s::uuid)
+ORDER BY opened_at, case_id"""
 
 
 def arbitrations(services: Services, who: Principal,
@@ -214,7 +216,8 @@ def arbitrations(services: Services, who: Principal,
     freshness = fresh(services, who, data)
     queries = services.queries
     with queries.read.tenant(who.tenant_id) as conn:
-        rows = conn.execute(sql.SQL(_PENDING_CASES).format(s=queries.s)).fetchall()
+        rows = conn.execute(sql.SQL(_CASES).format(s=queries.s),
+                            {"decided": data.decided, "slot": data.slot_id}).fetchall()
     return s.ArbitrationsOutput(cases=[s.ArbitrationCase(**row) for row in rows],
                                 freshness=freshness)
 
@@ -292,8 +295,9 @@ OPERATIONS: dict[str, Operation[Any, Any]] = _table(
     Operation("briefing", "Open, waiting and overdue commitments, blockers, pending arbitrations, "
               "aging facts and stale knowledge.", s.BriefingInput, s.BriefingOutput, READ,
               briefing, read_only=True, idempotent=True),
-    Operation("arbitrations", "The pending arbitration cases.", s.ArbitrationsInput,
-              s.ArbitrationsOutput, READ, arbitrations, read_only=True, idempotent=True),
+    Operation("arbitrations", "The pending arbitration cases (with decided, the decided ones too).",
+              s.ArbitrationsInput, s.ArbitrationsOutput, READ, arbitrations, read_only=True,
+              idempotent=True),
     Operation("arbitrate", "Decide a pending case: keep_old, accept_new or both_valid.",
               s.ArbitrateInput, WriteResult, ADMIN, arbitrate, destructive=True),
     Operation("context", "A search rendered as the prompt blocks an LLM reads.", s.ContextInput,

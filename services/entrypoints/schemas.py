@@ -168,7 +168,9 @@ class BriefingInput(Read):
 
 
 class ArbitrationsInput(Read):
-    pass
+    decided: bool = Field(default=False, description="Also list decided cases, each with its "
+                          "decision, who decided and when (default: the pending cases only).")
+    slot_id: UUID | None = Field(default=None, description="Only the cases of this slot.")
 
 
 class StatusInput(Request):
@@ -228,7 +230,8 @@ class BriefingOutput(Briefing, Answered):
 
 
 class ArbitrationCase(BaseModel):
-    """A pending case; a text erased since it was opened reads as None (DESIGN §7)."""
+    """A case, pending until ``decision`` is set; a text erased since it was opened reads as None
+    (DESIGN §7)."""
 
     case_id: UUID
     slot_id: UUID
@@ -245,6 +248,10 @@ class ArbitrationCase(BaseModel):
     proposed_agent_id: str | None = None
     proposed_session_id: str | None = None
     proposed_confidence: float | None = None
+    #: ``keep_old``, ``accept_new`` or ``both_valid`` once decided (listed with ``decided``).
+    decision: str | None = None
+    decided_by: str | None = None
+    decided_at: datetime | None = None
 
 
 class ArbitrationsOutput(Answered):

@@ -189,6 +189,10 @@ def test_the_arbitration_queue_is_listed_and_decided(services: Services, served:
     project()
     assert writer.json("arbitrations", "list")["cases"] == []
     assert writer.run("arbitrations", "list").stdout.strip() == "no arbitration is pending"
+    [done] = writer.json("arbitrations", "list", "--decided")["cases"]
+    assert (done["case_id"], done["decision"], done["decided_by"]) == (
+        case["case_id"], "accept_new", "henry")
+    assert "decided:  accept_new by henry" in writer.run("arbitrations", "list", "--decided").stdout
 
 
 def test_context_as_text_and_as_an_object(services: Services, served: ServedApi,

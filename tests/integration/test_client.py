@@ -129,6 +129,13 @@ def test_the_sync_client_decides_an_arbitration(server: Server) -> None:
         decided = memory.decide(queued["case_id"], "keep_old", decided_by="henry")
         server.project()
         assert memory.arbitrations(min_position=decided["position"])["cases"] == []
+        (case,) = memory.arbitrations(decided=True)["cases"]
+        assert (case["case_id"], case["decision"], case["decided_by"]) == (
+            queued["case_id"], "keep_old", "henry")
+        assert case["decided_at"] is not None
+        assert memory.arbitrations(decided=True, slot_id=case["slot_id"])["cases"] == [case]
+        other_slot = "00000000-0000-0000-0000-000000000000"
+        assert memory.arbitrations(decided=True, slot_id=other_slot)["cases"] == []
 
 
 def test_refusals_are_typed_errors(server: Server) -> None:

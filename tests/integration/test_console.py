@@ -1,13 +1,18 @@
 """The console's sign-in and action pages in Chromium against a real ``palimpsest serve``: a
 wrong key cannot sign in; three pending cases are decided, one with each button, and each decision
 shows in ``history`` over REST; a proposal is accepted and another rejected; a dead-lettered turn
-is re-run; an erasure is requested through its confirmation; a form posted without its CSRF token
-is refused and changes nothing; another tenant's key sees none of it. No page logs an error, and
-each is photographed at 1280×800 and 390×844 into ``console-screenshots/``."""
+is re-run; a parked event is skipped with a reason and another retried after its fix; an erasure
+is requested through its confirmation; a form posted without its CSRF token is refused and changes
+nothing; another tenant's key sees none of it. No page logs an error, and each is photographed at
+1280×800 and 390×844 into ``console-screenshots/``."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -16,6 +21,7 @@ from uuid import uuid4
 
 import httpx
 import pytest
+from palimpsest_client import NotFoundError
 
 from tests.fakes.openai_server import NO_CANDIDATES
 from tests.integration.console_support import Console, eventually, shoot, sign_in
@@ -204,6 +210,49 @@ def test_a_dead_letter_is_re_run(console: Console, page: Any) -> None:
         eventually(lambda: memory.ingestions()["ingestions"][0]["status"] in ("extracted", "applied"))
         page.reload()
         assert page.get_by_test_id("no-dead-letters").is_visible()
+
+
+def poison(console: Console, *args: str) -> dict[str, Any]:
+    """``tests.plant_poison`` run against the console's server (its data folder)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PALIMPSEST_")}
+    env["PALIMPSEST_DATA_DIR"] = str(console.data)
+    done = subprocess.run([sys.executable, "-m", "tests.plant_poison", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def test_parked_events_are_skipped_and_retried(console: Console, page: Any) -> None:
+    tenant = "t-" + uuid4().hex[:12]
+    key = console.new_key(tenant)
+    lost, fixed = poison(console, "plant", tenant), poison(console, "plant", tenant)
+    with console.client(key) as memory:
+        eventually(lambda: memory.status()["parked"] == 2)
+        sign_in(page, console.url, key)
+        page.get_by_test_id("nav-operations").click()
+        page.wait_for_url("**/console/operations")
+        rows = page.get_by_test_id("parked-event")
+        assert rows.count() == 2
+        assert "undecodable" in rows.first.inner_text()
+        shoot(page, "operations-parked")
+
+        rows.first.get_by_test_id("skip").click()  # a skip needs its reason: the browser asks
+        assert page.get_by_test_id("parked-event").count() == 2
+        rows.first.get_by_test_id("skip-reason").fill("written by a release nobody runs")
+        rows.first.get_by_test_id("skip").click()
+        page.wait_for_url("**/console/operations?done=*")
+        assert "skip" in page.get_by_test_id("outcome").inner_text()
+        assert page.get_by_test_id("parked-event").count() == 1
+
+        assert poison(console, "restore", fixed["card_id"], fixed["topic"]) == {"restored": 1}
+        page.get_by_test_id("parked-event").get_by_test_id("retry").click()
+        page.wait_for_url("**/console/operations?done=*")
+        assert "retr" in page.get_by_test_id("outcome").inner_text()
+        assert page.get_by_test_id("no-parked").is_visible()
+        assert memory.status()["parked"] == 0
+        assert memory.card(fixed["card_id"])["card_id"] == fixed["card_id"], "applied"
+        with pytest.raises(NotFoundError):
+            memory.card(lost["card_id"])
 
 
 def test_an_erasure_is_confirmed_before_it_runs(console: Console, page: Any) -> None:

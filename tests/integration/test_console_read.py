@@ -112,7 +112,7 @@ def test_a_cards_id_opens_the_timeline_of_its_whole_slot(console: Console, page:
     assert page.get_by_test_id("timeline-version").count() == 5
 
 
-def test_the_timeline_marks_retractions_verifications_erasures_and_pending_cases(
+def test_the_timeline_marks_retractions_verifications_erasures_and_arbitration_cases(
         console: Console, page: Any) -> None:
     key, subject = console.new_key(), f"user-{uuid4().hex[:8]}"
     with console.client(key) as memory:
@@ -140,6 +140,14 @@ def test_the_timeline_marks_retractions_verifications_erasures_and_pending_cases
     assert "Manager" not in text and "pending:" in text
     assert page.locator("svg.timeline .edge").count() >= 2, "supersession edges"
     shoot(page, "timeline-marks")
+    with console.client(key) as memory:
+        decided = memory.decide(written[-1]["case_id"], "keep_old", decided_by="dora")
+        settled(memory, subject, decided["position"])
+    page.reload()
+    drawn.wait_for()
+    assert page.locator(".mark.arbitration").count() == 0, "no case is pending now"
+    assert page.locator(".mark.decided").count() == 1, "the decided case stays on the timeline"
+    assert "keep_old by dora" in (page.locator(".mark.decided").text_content() or "")
 
 
 def answer(shown: Any, column: str) -> str:

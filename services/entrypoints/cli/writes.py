@@ -171,6 +171,8 @@ def _print_cases(answer: dict[str, Any]) -> None:
         typer.echo(f"  proposed: {proposed} (valid from {when(c['proposed_valid_from'])}, "
                    f"card {c['proposed_card_id']})")
         typer.echo(f"  why:      {c['reason']}")
+        if c.get("decision"):
+            typer.echo(f"  decided:  {c['decision']} by {c['decided_by']}, {when(c['decided_at'])}")
     if not answer["cases"]:
         typer.echo("no arbitration is pending")
 
@@ -180,10 +182,14 @@ def _arbitrations() -> typer.Typer:
                         "a person decides (list, decide).")
 
     @group.command("list")
-    def listing(url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
+    def listing(
+        decided: bool = typer.Option(False, "--decided", help="The decided cases too, each with "
+                                     "its decision."),
+        url: str = Url, key: str = Key, as_json: bool = AsJson,
+    ) -> None:
         """The pending cases, oldest first: the slot, its current value and the proposed one."""
         with remote(url, key, as_json) as server:
-            answer = server.arbitrations()
+            answer = server.arbitrations(decided=decided)
         emit(answer, as_json, _print_cases)
 
     @group.command()
