@@ -95,12 +95,20 @@ class Diagnostics(BaseModel):
     total_ms: float = 0.0
 
 
+#: How well an answer matched its question (:attr:`RetrievalResult.match`).
+Match = Literal["strong", "weak", "none"]
+
+
 class RetrievalResult(BaseModel):
     query: str
     now: datetime
     valid_at: datetime | None
     known_at: datetime | None
     results: list[RetrievedCard]
+    #: ``strong``: the routes found what the question asks about; ``weak``: nothing did, and the
+    #: results are the tenant's nearest cards in scope (below the semantic floor); ``none``: the
+    #: question may see no card at all.
+    match: Match = "strong"
     alerts: Alerts
     diagnostics: Diagnostics
 

@@ -29,6 +29,7 @@ from services.retrieval.breaker import Breakers, machine_load
 from services.retrieval.candidates import alert_partners, load_arbitrations, load_candidates
 from services.retrieval.fuzzy import FuzzyRoute
 from services.retrieval.graph import GraphRoute
+from services.retrieval.nearest import NearestRoute
 from services.retrieval.postprocess import Outcome, PendingWrite, Tuning, process, slot_key
 from services.retrieval.present import ConversationPrior, asks_about_now
 from services.retrieval.query import GENERIC_PLANS, Hits, RetrievalQuery, Route, RouteContext
@@ -36,6 +37,7 @@ from services.retrieval.results import (
     Alerts,
     ContradictionAlert,
     Diagnostics,
+    Match,
     RetrievalResult,
     RetrievedCard,
     RouteReport,
@@ -96,7 +98,8 @@ class Retriever:
         first: list[Route] = [TagsRoute(self.slots.subjects), FuzzyRoute(), TemporalRoute()]
         self.routes = [semantic, *first] if semantic is not None else first
         self.graph = GraphRoute()
-        self.breakers = Breakers((*ROUTES, "slots"), window=settings.breaker_window,
+        self.nearest = NearestRoute(semantic)
+        self.breakers = Breakers((*ROUTES, "slots", "nearest"), window=settings.breaker_window,
                                  limit_ms=settings.breaker_p95_ms,
                                  quarantine_s=settings.breaker_quarantine_s,
                                  probe_every_s=settings.breaker_probe_s,
@@ -153,6 +156,14 @@ class Retriever:
 
             first = list(named.ids) if named is not None and leads else []
             outcome, records = self._load_and_rank(conn, query, fused, rank, first)
+            match: Match = "strong" if outcome.ranked else "none"
+            if not outcome.ranked:  # nothing matched: the nearest the tenant has, marked weak
+                rankings = {name: hits.ranking() for name, hits in self._run(
+                    tenant_id, query, [self.nearest], reports, self.settings.route_timeout_ms,
+                    probe=True).items()}
+                fused = rrf(rankings, self.settings.rrf_k)
+                outcome, records = self._load_and_rank(conn, query, fused, rank)
+                match = "weak" if outcome.ranked else "none"
             chosen = [outcome.candidates[card_id] for card_id, _ in outcome.ranked]
             arbitrations = load_arbitrations(
                 conn, self.ctx, query, [records[c.card_id]["aggregate_id"] for c in chosen
@@ -162,7 +173,7 @@ class Retriever:
             query=query.text, now=query.now,
             valid_at=query.window[0] if query.as_of else None,
             known_at=query.window[1] if query.as_of else None,
-            results=self._cards(outcome, records, pending, query),
+            results=self._cards(outcome, records, pending, query), match=match,
             alerts=Alerts(
                 contradictions=[ContradictionAlert(card_ids=c.card_ids, reason=c.reason)
                                 for c in outcome.contradictions],

@@ -130,13 +130,15 @@ class SemanticRoute(PlainRoute):
         return {"hnsw.ef_search": str(candidates(ctx.settings)), "hnsw.iterative_scan": "relaxed_order"}
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext,
-                 **extra: Any) -> Hits:
+                 *, below_floor: bool = False, **extra: Any) -> Hits:
+        """The nearest cards at least the model's floor alike; ``below_floor``: the nearest
+        whatever their similarity (what :class:`NearestRoute` answers with)."""
         settings = ctx.settings
         statement = sql.SQL(_SQL).format(s=ctx.s, visible=ctx.visible(query))
         floor, full = semantic_calibration(settings, self.embedder.model)
         rows = conn.execute(statement, {
             **parameters(query), "vector": self.vector(query.text), "model": self.embedder.model,
             "candidates": candidates(settings), "limit": settings.semantic_top_k,
-            "min_similarity": floor}).fetchall()
+            "min_similarity": -1.0 if below_floor else floor}).fetchall()
         return Hits([row["card_id"] for row in rows],
                     strengths=[min(1.0, max(row["similarity"], 0.0) / full) for row in rows])

@@ -72,8 +72,10 @@ _MENTION = """
     UNION ALL SELECT c.card_id, {unit}, c.recorded_at FROM {s}.cards c
     WHERE c.bigrams @> {pairs}::text[] AND {seen}"""
 
-_TOTAL = ("SELECT count(*) AS n FROM {s}.cards c WHERE c.retracted_at IS NULL AND c.valid_to IS NULL "
-          "AND c.erased_at IS NULL")
+#: The N of the weights: the tenant's valid cards, counted from the ``cards_current`` index alone
+#: (its predicate; an erased card, rare, still counts) — a scan of ``cards`` costs a page per few
+#: cards (about 160 ms at 100k cards against 6 ms).
+_TOTAL = "SELECT count(*) AS n FROM {s}.cards c WHERE c.retracted_at IS NULL AND c.valid_to IS NULL"
 
 #: Terms of a query beyond this many are not matched (the first ones are).
 MAX_TERMS = 32

@@ -366,6 +366,44 @@ def test_a_question_the_other_routes_answer_too_little_runs_the_quarantined_rout
         queries.close()
 
 
+def test_a_question_nothing_matches_gets_the_nearest_cards_marked_weak(pg_settings, world) -> None:
+    """The floor orders an answer, it never empties one while the tenant holds cards in scope:
+    a question that shares no word with any card and whose embedding is nowhere near one (the
+    floor set high here, so that nothing is) gets the nearest cards, and says the match is weak."""
+    _, _, clock, tenant, _, _ = world
+    strict = pg_settings.retrieval.model_copy(update={
+        "semantic_min_similarity": 0.99, "breaker_p95_ms": 10_000.0, "route_timeout_ms": 10_000})
+    queries = create_queries(pg_settings.model_copy(update={"retrieval": strict}), clock)
+    try:
+        result = queries.search(tenant, "qwxv zjkp")
+        assert result.match == "weak"
+        assert result.results, "never an empty answer while the tenant holds cards"
+        assert result.diagnostics.routes["semantic"].hits == 0
+        assert result.diagnostics.routes["nearest"].status == "ok"
+        assert "Secret other-tenant city" not in found(result)
+        strong = queries.search(tenant, "where does the user live?")
+        assert strong.match == "strong" and "nearest" not in strong.diagnostics.routes
+        assert found(strong)[0] == "Kaohsiung"
+    finally:
+        queries.close()
+
+
+def test_a_paraphrase_sharing_no_word_with_the_card_still_finds_it(world) -> None:
+    _, queries, _, tenant, _, ids = world
+    result = queries.search(tenant, "did I present anything to a community group?")
+    assert result.match in ("strong", "weak")
+    assert ids["talk"] in [c.card_id for c in result.results[:3]], [
+        (c.value, c.score) for c in result.results]
+
+
+def test_a_question_that_may_see_no_card_says_so(world) -> None:
+    _, queries, _, tenant, _, _ = world
+    nobody = queries.search(new_tenant(), "where does the user live?")
+    assert (nobody.match, nobody.results) == ("none", [])
+    narrowed = queries.search(tenant, queries.query("qwxv zjkp", subjects=("nobody-at-all",)))
+    assert (narrowed.match, narrowed.results) == ("none", [])
+
+
 def test_another_tenant_finds_nothing_of_the_first(world) -> None:
     _, queries, _, tenant, other, _ = world
     mine = found(queries.search(tenant, "Secret other-tenant city"))

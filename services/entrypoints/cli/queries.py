@@ -39,6 +39,8 @@ def _print_search(result: dict[str, Any], explain: bool) -> None:
             typer.echo("     " + json.dumps(card["explain"], ensure_ascii=False))
     if not result["results"]:
         typer.echo("(nothing found)")
+    elif result.get("match") == "weak":
+        typer.echo("(a weak match: nothing matched the question; these are the nearest cards)")
     alerts = result["alerts"]
     for c in alerts["contradictions"]:
         typer.echo(f"contradiction: {c['card_ids'][0]} vs {c['card_ids'][1]}: {c['reason']}")
