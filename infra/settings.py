@@ -90,6 +90,10 @@ class RetrievalSettings(BaseModel):
     #: at ``slot_weak_similarity`` it only weighs in (``weight_slots``).
     slot_similarity: float = 0.5
     slot_weak_similarity: float = 0.35
+    #: Whether questions name slots through the lexicon's concepts (``services/retrieval/
+    #: lexicon.py``: words, phrases and example questions); off, only through a label's own words
+    #: and embedding (measured by ``palimpsest bench aging --without-lexicon``, decision 0015).
+    lexicon: bool = True
     #: A concept named by the example questions the question's embedding is closest to: surely
     #: at this similarity and this far ahead of the next concept; to weigh in only at the weak
     #: pair (measured for the offline USE model on ``palimpsest bench aging --phrasings heldout``).

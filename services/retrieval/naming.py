@@ -186,7 +186,8 @@ def name_slots(text: str, slots: Slots | Sequence[SlotEntry], settings: Retrieva
     asked for only when a person is named with none of their labels."""
     slots = slots if isinstance(slots, Slots) else Slots(slots)
     asked = frozenset(query_terms(text))
-    concepts = {**(examples or {}), **concept_strengths(text)}  # words and phrases first
+    # words and phrases first; none at all with the lexicon off
+    concepts = {**(examples or {}), **concept_strengths(text)} if settings.lexicon else {}
     folded = fold(text)
     first_person = bool(_FIRST_PERSON.search(folded))
     subjects = named_subjects(slots.subjects, asked, folded, first_person)

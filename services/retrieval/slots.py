@@ -87,7 +87,7 @@ class SlotFinder:
         slots = self.catalogue(conn, ctx, query, tenant_id)
         similarities = self.similarities(query.text, slots.labels)
         questions = partial(self.similarities, query.text, slots.labels, form=label_question)
-        examples = example_concepts(self.examples(query.text), ctx.settings)
+        examples = example_concepts(self.examples(query.text), ctx.settings) if ctx.settings.lexicon else {}
         names_time = _names_time(query)
         naming = name_slots(query.words, slots, ctx.settings, similarities=similarities,
                             examples=examples, names_time=names_time, questions=questions)

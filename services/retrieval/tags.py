@@ -81,11 +81,13 @@ _TOTAL = "SELECT count(*) AS n FROM {s}.cards c WHERE c.retracted_at IS NULL AND
 MAX_TERMS = 32
 
 
-def units(text: str, subjects: Collection[str] = ()) -> tuple[list[str], list[int], list[str]]:
+def units(text: str, subjects: Collection[str] = (), lexicon: bool = True,
+          ) -> tuple[list[str], list[int], list[str]]:
     """What the query looks up in ``card_terms`` — its terms, the subjects it names whose names
     are no term of it (a Chinese name jieba cuts into characters), and the labels and memory
     types it names in the index's spelling — each word with its unit, and the unit names for the
-    note. A concept named by one of the query's terms joins that term's unit."""
+    note. A concept named by one of the query's terms joins that term's unit (none with
+    ``lexicon`` off: the ``lexicon`` retrieval setting)."""
     found = list(query_terms(text))[:MAX_TERMS]
     found += [name for subject in sorted(subjects) for name in subject_terms(subject)
               if name not in found]
@@ -96,7 +98,7 @@ def units(text: str, subjects: Collection[str] = ()) -> tuple[list[str], list[in
         words.append(term)
         unit_of.append(index)
     by_name = {concept.name: concept for concept in CONCEPTS}
-    for name in sorted(concepts_named(text)):
+    for name in sorted(concepts_named(text)) if lexicon else ():
         joined = next((found.index(t) for t in concept_terms(name) if t in found), None)
         unit = len(names) if joined is None else joined
         if joined is None:
@@ -154,7 +156,7 @@ class TagsRoute(PlainRoute):
                  tenant_id: str = "", **extra: Any) -> Hits:
         named = named_in(query.words, self.subjects(conn, ctx, query, tenant_id)) \
             if self.subjects is not None else set()
-        words, unit_of, names = units(query.words, named)
+        words, unit_of, names = units(query.words, named, ctx.settings.lexicon)
         if not words:
             return Hits([], "no terms in the query")
         pairs = {f"pairs{unit}": list(cjk_bigrams(name)) for unit, name in enumerate(names)

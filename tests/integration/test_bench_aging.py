@@ -69,24 +69,30 @@ def scripted_questions(corpus: Corpus, day: int) -> list[Question]:
     return asked
 
 
-def check_report(result: dict[str, object], out: Path, days: list[str]) -> dict[str, Any]:
-    """Every metric of every system at every checkpoint, in the JSON and in the plots."""
+def check_report(result: dict[str, object], out: Path, days: list[str], splits: tuple[str, ...] = ("dev",),
+                 systems: set[str] = SYSTEMS) -> dict[str, Any]:
+    """Every metric of every system at every checkpoint of every split, in the JSON and in the plots;
+    returns the dev split's checkpoints."""
     written = report.write(result, out)  # type: ignore[arg-type]
     assert {p.name for p in written} == {"aging.json", "aging-hit1.png", "aging-leakage.png"}
     assert all(p.stat().st_size > 0 for p in written)
     loaded = json.loads((out / "aging.json").read_text())
-    assert list(loaded["checkpoints"]) == days
-    for day in days:
-        assert set(loaded["checkpoints"][day]) == SYSTEMS
-        for figures in loaded["checkpoints"][day].values():
-            assert set(METRICS) <= set(figures)
-    assert {"seed", "config", "machine", "command", "date"} <= set(loaded["meta"])
-    return loaded["checkpoints"]  # type: ignore[no-any-return]
+    assert tuple(loaded["splits"]) == splits
+    for split in splits:
+        assert list(loaded["splits"][split]["checkpoints"]) == days
+        assert set(loaded["splits"][split]["summary"]) == systems
+        for day in days:
+            assert set(loaded["splits"][split]["checkpoints"][day]) == systems
+            for figures in loaded["splits"][split]["checkpoints"][day].values():
+                assert set(METRICS) <= set(figures)
+    assert {"seed", "config", "machine", "command", "date", "settings"} <= set(loaded["meta"])
+    return loaded["splits"]["dev"]["checkpoints"]  # type: ignore[no-any-return]
 
 
 def test_scripted_history_hand_computed(pg_settings: Settings, admin_db: Database, tmp_path: Path) -> None:
     corpus = scripted(f"aging-test-{uuid4().hex[:8]}")
-    result = benchmark(corpus, pg_settings, admin_db, questions=scripted_questions, say=lambda _: None)
+    result = benchmark(corpus, pg_settings, admin_db, questions=scripted_questions, say=lambda _: None,
+                       patient=True)
     assert result["disagreements"]["counts"] == {}
     figures = check_report(result, tmp_path, ["30", "60"])
     bm25 = figures["60"]["bm25"]
@@ -99,10 +105,21 @@ def test_scripted_history_hand_computed(pg_settings: Settings, admin_db: Databas
     assert figures["30"]["palimpsest"]["contradiction_recall"] is None  # nothing pending
 
 
-def test_tiny_generated_corpus(pg_settings: Settings, admin_db: Database, tmp_path: Path) -> None:
+def test_tiny_generated_corpus_with_its_test_split_beside_dev(pg_settings: Settings, admin_db: Database,
+                                                              tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
     config = Config(seed=3, tenants=1, persons=3, projects=1, checkpoints=(45, 200),
-                    prefix=f"aging-{uuid4().hex[:8]}")
-    result = benchmark(generate(config), pg_settings, admin_db, budget=QUICK, say=lambda _: None)
-    figures = check_report(result, tmp_path, ["45", "200"])
+                    prefix=f"aging-{uuid4().hex[:8]}", test_tenants=2, test_persons=2)
+    result = benchmark(generate(config), pg_settings, admin_db, budget=QUICK, say=lambda _: None,
+                       without_lexicon=True)
+    systems = SYSTEMS | {"palimpsest-no-lexicon"}
+    figures = check_report(result, tmp_path, ["45", "200"], ("dev", "test"), systems)
     assert result["corpus"]["writes"] > 100  # type: ignore[index]
     assert all(figures[day]["bm25"]["questions"] > 20 for day in ("45", "200"))
+    test = result["splits"]["test"]["checkpoints"]  # type: ignore[index]
+    assert all(test[day]["palimpsest"]["questions"] > 5 for day in ("45", "200"))
+    assert "a user's" in result["meta"]["settings"]  # type: ignore[index]
+    report.print_summary(result)  # type: ignore[arg-type]
+    printed = capsys.readouterr().out
+    for name in ("palimpsest", "palimpsest-no-lexicon"):
+        assert f"{name} · dev" in printed and f"{name} · test" in printed

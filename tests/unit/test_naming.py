@@ -144,3 +144,13 @@ def test_a_tenant_label_stands_for_a_concept_by_name_or_by_its_words() -> None:
     assert concepts_of_label("eating_habits", label_words("eating_habits")) == {"diet"}
     assert concepts_of_label("favorite_color", label_words("favorite_color")) == {"color"}
     assert concepts_of_label("shoe_size", label_words("shoe_size")) == frozenset()
+
+
+def test_with_the_lexicon_off_a_label_is_named_only_by_its_own_words_or_embedding() -> None:
+    bare = RetrievalSettings(lexicon=False)
+    assert name_slots("what does Anna do for a living", ENTRIES, bare).leads == ()
+    assert name_slots("what does Anna do for a living", ENTRIES, bare,
+                      examples={"occupation": 0.9}).leads == ()
+    assert [e.label for e in name_slots("Anna's eating habits", ENTRIES, bare).leads] == ["eating_habits"]
+    close = name_slots("what does Anna do for a living", ENTRIES, bare, similarities={"profession": 0.6})
+    assert [e.label for e in close.leads] == ["profession"]

@@ -2,7 +2,8 @@
 ages, against baselines, on seeded synthetic multi-tenant histories?
 
     .venv/bin/python -m tests.benchmarks.aging [--seed 7] [--tenants 4] [--persons 44] [--projects 8]
-        [--quick] [--out bench-results] [--data-dir PATH] [--keep]
+        [--quick] [--out bench-results] [--data-dir PATH] [--keep] [--phrasings heldout]
+        [--without-lexicon] [--patient]
     palimpsest bench aging …          (the same, from a checkout with the dev extra)
     make bench-aging
 
@@ -14,6 +15,13 @@ commitments — and models its truth in plain Python (:mod:`truth`). At each che
 projected; then every system (:mod:`systems`: Palimpsest, Palimpsest with the old unbounded decay,
 a pgvector top-k and a BM25 baseline over every statement ever written) answers the same questions
 (:mod:`questions`), scored by :mod:`metrics` and reported by :mod:`report`.
+
+Two splits are asked side by side. **dev**: the material above, which the retrieval lexicon
+(``services/retrieval/lexicon.py``) was written against. **test** (:mod:`testsplit`, drawn by
+:mod:`testcorpus`): two more tenants, English and Traditional Chinese, whose labels, values,
+people (a sister, a landlord, friends by name) and question templates the lexicon was not written
+from, frozen. ``--without-lexicon`` asks Palimpsest again with the lexicon off; the run uses the
+settings a user runs (breakers on, default budgets) unless ``--patient``.
 """
 
 from __future__ import annotations

@@ -46,6 +46,9 @@ class Config:
     checkpoints: tuple[int, ...] = CHECKPOINTS
     #: Prefix of the tenant ids (a run's own, so a kept data folder can be reused).
     prefix: str = "aging"
+    #: The test split's tenants (:mod:`testsplit`) and the people in each, its user included.
+    test_tenants: int = 2
+    test_persons: int = 7
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,8 @@ class Subject:
     lang: str
     gender: str | None = None
     project: bool = False
+    #: Named by a relation ("sister", 房東): asked about as "my sister".
+    relation: bool = False
 
     @property
     def user(self) -> bool:
@@ -66,6 +71,8 @@ class Tenant:
     tenant_id: str
     profile: personas.Profile
     subjects: list[Subject] = field(default_factory=list)
+    #: ``dev`` (the material the retrieval code was written against) or ``test`` (:mod:`testsplit`).
+    split: str = "dev"
 
     @property
     def persons(self) -> list[Subject]:
@@ -116,11 +123,14 @@ def generate(config: Config) -> Corpus:
             for truth, kind in _slots(tenant, subject, dialect, rng):
                 slots[(tenant.tenant_id, slot_key(truth.subject, truth.label))] = truth
                 _history(draw, truth, kind, subject, rng, calendar)
-            _events(draw, tenant, subject, rng, calendar)
-        _notes(draw, tenant, rng, calendar)
+            events(draw, tenant, subject, rng, calendar)
+        notes(draw, tenant, rng, calendar)
         _commitments(draw, tenant, rng, calendar)
+    from tests.benchmarks.aging import testcorpus  # it builds on this module's tenants
+
+    tested = testcorpus.add_tenants(draw, config, calendar, slots)  # its own seed: dev stays as it was
     ops = sorted(draw.ops, key=lambda op: (op.at, op.ref))
-    return Corpus(config, tenants, ops, slots, draw.events)
+    return Corpus(config, [*tenants, *tested], ops, slots, draw.events)
 
 
 # ---- who ----------------------------------------------------------------------------------------
@@ -228,7 +238,7 @@ def _phone(lang: str, rng: random.Random) -> str:
 # ---- events, notes, commitments -----------------------------------------------------------------
 
 
-def _events(draw: Draw, tenant: Tenant, subject: Subject, rng: random.Random, calendar: Calendar) -> None:
+def events(draw: Draw, tenant: Tenant, subject: Subject, rng: random.Random, calendar: Calendar) -> None:
     """A person's trips, meetings, visits and purchases about every nine days (a project's meetings
     every three weeks), some told a day or two after they happened."""
     lang, mean = subject.lang, 20.0 if subject.project else 9.0
@@ -250,7 +260,7 @@ def _events(draw: Draw, tenant: Tenant, subject: Subject, rng: random.Random, ca
         day += max(1.0, rng.expovariate(1 / mean))
 
 
-def _notes(draw: Draw, tenant: Tenant, rng: random.Random, calendar: Calendar) -> None:
+def notes(draw: Draw, tenant: Tenant, rng: random.Random, calendar: Calendar) -> None:
     """Knowledge cards on the tenant's recurring topics, every couple of weeks."""
     lang, day = tenant.profile.lang, rng.uniform(0, 10)
     while day <= calendar.days:

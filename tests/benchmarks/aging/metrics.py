@@ -106,7 +106,7 @@ def score(question: Question, answer: Answer, snapshot: Snapshot, *, marks_super
 
 
 def _base(question: Question, answer: Answer) -> Row:
-    return {"qid": question.qid, "kind": question.kind, "lang": question.lang,
+    return {"qid": question.qid, "split": question.split, "kind": question.kind, "lang": question.lang,
             "slot_kind": question.slot_kind, "names_label": question.names_label,
             "conflict": question.conflict, "ms": round(answer.ms, 2),
             "error": answer.error, "top": [_show(item) for item in answer.items[:3]]}

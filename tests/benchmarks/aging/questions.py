@@ -21,6 +21,7 @@ from tests.benchmarks.aging import phrasings
 from tests.benchmarks.aging.generator import ZONE, Corpus, Subject, Tenant
 from tests.benchmarks.aging.personas import PRONOUNS
 from tests.benchmarks.aging.records import Question, Snapshot, slot_key
+from tests.benchmarks.aging.testsplit import RELATION_FORM
 from tests.benchmarks.aging.truth import SlotTruth
 
 
@@ -56,7 +57,10 @@ def forms(subject: Subject, tenant: Tenant) -> dict[str, str]:
     if subject.user:
         who = {"en": "I", "zh-Hant": "我", "zh-Hans": "我"}[subject.lang]
         return {"who": who, "whose": "my", "whom": "me", "does": "do", "is": "am", "has": "have"}
-    if not subject.project and len(tenant.persons) == 1 and subject.gender:
+    if subject.relation:
+        who = RELATION_FORM[subject.lang].format(name=subject.name)
+        whose, whom = (f"{who}'s", who) if subject.lang == "en" else (who, who)
+    elif not subject.project and len(tenant.persons) == 1 and subject.gender:
         who = PRONOUNS[subject.lang][subject.gender]
         whose = {"she": "her", "he": "his"}.get(who, who)
         whom = {"she": "her", "he": "him"}.get(who, who)
@@ -95,10 +99,11 @@ def expression_range(key: str, now: datetime) -> tuple[datetime, datetime]:
 
 
 @dataclass
-class _Asker:
+class Asker:
     corpus: Corpus
     day: int
     rng: random.Random
+    split: str = "dev"
 
     @property
     def now(self) -> datetime:
@@ -113,18 +118,26 @@ class _Asker:
         """A question about ``truth``'s slot; ``fills``: the template's ``{old}`` / ``{date}``."""
         tenant, subject = self.subject(truth.tenant, truth.subject)
         text = render(template, subject, tenant, truth.label, **(fills or {}))
-        return Question(qid=f"d{self.day}-{kind}-{n}", checkpoint=self.day, tenant=truth.tenant, kind=kind,
+        qid = f"d{self.day}-{kind}-{n}" if self.split == "dev" else f"d{self.day}-{self.split}-{kind}-{n}"
+        return Question(qid=qid, checkpoint=self.day, tenant=truth.tenant, kind=kind, split=self.split,
                         lang=truth.lang, text=text, template=template,
                         names_label=named or names_label(truth.label, text), slot_kind=truth.kind,
                         slot=slot_key(truth.subject, truth.label), **extra)
 
     def slots(self, single: bool) -> list[SlotTruth]:
-        return [s for s in self.corpus.slots.values()
-                if s.single == single and s.values_at(self.now, self.now)]
+        return [s for s in self.corpus.slots.values() if s.single == single
+                and self.corpus.tenant(s.tenant).split == self.split and s.values_at(self.now, self.now)]
 
 
 def checkpoint_questions(corpus: Corpus, day: int, budget: Budget) -> list[Question]:
-    asker = _Asker(corpus, day, random.Random(f"{corpus.config.seed}-questions-{day}"))
+    """The dev split's questions at a checkpoint, then the test split's (:mod:`testcorpus`)."""
+    from tests.benchmarks.aging import testcorpus  # it builds on this module's askers
+
+    return [*dev_questions(corpus, day, budget), *testcorpus.questions(corpus, day, budget)]
+
+
+def dev_questions(corpus: Corpus, day: int, budget: Budget) -> list[Question]:
+    asker = Asker(corpus, day, random.Random(f"{corpus.config.seed}-questions-{day}"))
     found = [*_current(asker, budget.current), *_as_of_valid(asker, budget.as_of_valid),
              *_as_of_known(asker, budget.as_of_known), *_temporal(asker, budget.temporal),
              *_multi(asker, budget.multi)]
@@ -132,8 +145,8 @@ def checkpoint_questions(corpus: Corpus, day: int, budget: Budget) -> list[Quest
     return found
 
 
-def _pick(asker: _Asker, table: phrasings.Phrasings, old: str | None = None,
-          first_person: bool = False) -> tuple[str, bool]:
+def pick(asker: Asker, table: phrasings.Phrasings, old: str | None = None,
+         first_person: bool = False) -> tuple[str, bool]:
     """A template, naming the label or not at even odds; one with ``{old}`` only when there is an
     old value, none where "I" would ask how to reach "me"."""
     named, plain = table
@@ -148,7 +161,7 @@ def _previous(truth: SlotTruth, now: datetime, current: str) -> str | None:
     return older[-1] if older else None
 
 
-def _current(asker: _Asker, budget: int) -> Iterator[Question]:
+def _current(asker: Asker, budget: int) -> Iterator[Question]:
     now, slots = asker.now, asker.slots(single=True)
     conflicted = [s for s in slots if s.pending(now)][:budget]
     rest = [s for s in slots if not s.pending(now)]
@@ -158,12 +171,12 @@ def _current(asker: _Asker, budget: int) -> Iterator[Question]:
         assert value is not None
         old = _previous(truth, now, value)
         table = phrasings.current(truth.kind, truth.lang)
-        template, named = _pick(asker, table, old, first_person=truth.subject == "user")
+        template, named = pick(asker, table, old, first_person=truth.subject == "user")
         yield asker.question("current", truth, template, named, n, expected=(value,),
                              conflict=bool(truth.pending(now)), fills={"old": old or ""})
 
 
-def _as_of_valid(asker: _Asker, budget: int) -> Iterator[Question]:
+def _as_of_valid(asker: Asker, budget: int) -> Iterator[Question]:
     now, rng, n = asker.now, asker.rng, 0
     slots = [s for s in asker.slots(single=True) if len(s.history(now)) > 1]
     for truth in rng.sample(slots, len(slots)):
@@ -182,7 +195,7 @@ def _as_of_valid(asker: _Asker, budget: int) -> Iterator[Question]:
         held = {truth.value_at(moment.replace(hour=0), now), truth.value_at(moment.replace(hour=23), now)}
         if held != {card.value}:
             continue
-        template, named = _pick(asker, phrasings.as_of(phrasings.AS_OF_VALID, truth.kind, truth.lang))
+        template, named = pick(asker, phrasings.as_of(phrasings.AS_OF_VALID, truth.kind, truth.lang))
         yield asker.question("as_of_valid", truth, template, named, n, expected=(card.value,),
                              valid_at=moment, fills={"date": say_date(moment, truth.lang)})
         n += 1
@@ -200,7 +213,7 @@ def _known_moments(truth: SlotTruth, now: datetime, rng: random.Random, start: d
     return moments
 
 
-def _as_of_known(asker: _Asker, budget: int) -> Iterator[Question]:
+def _as_of_known(asker: Asker, budget: int) -> Iterator[Question]:
     now, rng, n = asker.now, asker.rng, 0
     slots = asker.slots(single=True)
     for truth in rng.sample(slots, len(slots)):
@@ -208,15 +221,15 @@ def _as_of_known(asker: _Asker, budget: int) -> Iterator[Question]:
             value = truth.value_at(moment, moment)
             if n >= budget or value is None:
                 continue
-            template, named = _pick(asker, phrasings.as_of(phrasings.AS_OF_KNOWN, truth.kind, truth.lang))
+            template, named = pick(asker, phrasings.as_of(phrasings.AS_OF_KNOWN, truth.kind, truth.lang))
             yield asker.question("as_of_known", truth, template, named, n, expected=(value,), valid_at=moment,
                                  known_at=moment, fills={"date": say_date(moment, truth.lang)})
             n += 1
 
 
-def _temporal(asker: _Asker, budget: int) -> Iterator[Question]:
+def _temporal(asker: Asker, budget: int) -> Iterator[Question]:
     now, rng, n = asker.now, asker.rng, 0
-    persons = [(t, s) for t in asker.corpus.tenants for s in t.persons]
+    persons = [(t, s) for t in asker.corpus.tenants if t.split == asker.split for s in t.persons]
     rounds = [[(t, s, key) for t, s in rng.sample(persons, len(persons))] for key in phrasings.EXPRESSIONS]
     for tenant, subject, key in (pair for turn in zip(*rounds, strict=True) for pair in turn):
         start, end = expression_range(key, now)
@@ -232,11 +245,11 @@ def _temporal(asker: _Asker, budget: int) -> Iterator[Question]:
         n += 1
 
 
-def _multi(asker: _Asker, budget: int) -> Iterator[Question]:
+def _multi(asker: Asker, budget: int) -> Iterator[Question]:
     now, slots = asker.now, asker.slots(single=False)
     for n, truth in enumerate(asker.rng.sample(slots, min(budget, len(slots)))):
         values = tuple(truth.values_at(now, now))
-        template, named = _pick(asker, phrasings.current(truth.kind, truth.lang))
+        template, named = pick(asker, phrasings.current(truth.kind, truth.lang))
         yield asker.question("multi", truth, template, named, n, expected=values, top_n=max(5, len(values)))
 
 

@@ -93,6 +93,8 @@ class Question:
     top_n: int = 5
     #: The slot has an arbitration case pending at the checkpoint: an alert should name it.
     conflict: bool = False
+    #: ``dev`` (the material the retrieval code was written against) or ``test`` (:mod:`testsplit`).
+    split: str = "dev"
 
     @property
     def as_of(self) -> bool:

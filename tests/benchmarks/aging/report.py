@@ -1,5 +1,9 @@
-"""What the benchmark prints and saves: a table per checkpoint (one row per system), a summary,
-``aging.json`` with everything, and two plots (hit@1 and leakage per checkpoint)."""
+"""What the benchmark prints and saves: a table per checkpoint (a row per system and split, dev and
+test side by side), a summary, ``aging.json`` with everything, and two plots (hit@1 and leakage per
+checkpoint; dev solid, test dashed).
+
+``aging.json``: ``splits`` → ``dev`` / ``test`` → ``checkpoints`` (day → system → figures) and
+``summary`` (system → figures averaged over the checkpoints)."""
 
 from __future__ import annotations
 
@@ -29,7 +33,8 @@ COLUMNS = (("cur@1", "current_hit1"), ("cur@5", "current_hit5"), ("leak", "leaka
            ("contrP", "contradiction_precision"), ("contrR", "contradiction_recall"),
            ("ageP", "aging_precision"), ("ageR", "aging_recall"), ("p50ms", "latency_p50_ms"),
            ("p95ms", "latency_p95_ms"))
-NAME_WIDTH = 27
+NAME_WIDTH = 34
+SplitFigures = dict[str, dict[str, dict[str, Any]]]  # split → system → figures
 
 
 def _cell(key: str, value: float | None) -> str:
@@ -46,14 +51,20 @@ def table(figures: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
-def print_checkpoint(day: int, moment: datetime, figures: dict[str, dict[str, Any]],
-                     questions: list[Question]) -> None:
-    kinds = Counter(q.kind for q in questions)
+def side_by_side(figures: SplitFigures) -> dict[str, dict[str, Any]]:
+    """Each system's figures on each split, the splits of a system next to each other."""
+    systems = dict.fromkeys(name for split in figures.values() for name in split)
+    return {f"{name} · {split}": figures[split][name] for name in systems for split in figures
+            if name in figures[split]}
+
+
+def print_checkpoint(day: int, moment: datetime, figures: SplitFigures, questions: list[Question]) -> None:
+    kinds = Counter(f"{q.split} {q.kind}" for q in questions)
     conflicts = sum(q.conflict for q in questions)
     print(f"\n== day {day} ({moment:%Y-%m-%d %H:%M %z}): {len(questions)} questions "
           f"({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}; {conflicts} on slots with a pending "
           "case) ==", flush=True)
-    for line in table(figures):
+    for line in table(side_by_side(figures)):
         print(line, flush=True)
 
 
@@ -71,20 +82,28 @@ def means(figures: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, 
 
 
 def print_summary(result: dict[str, Any]) -> None:
-    figures, days = result["checkpoints"], list(result["checkpoints"])
-    print("\n== summary: mean over checkpoints ==")
-    for line in table(result["summary"]):
+    splits = result["splits"]
+    summary = side_by_side({split: found["summary"] for split, found in splits.items()})
+    print(f"\n== summary: mean over checkpoints; settings: {result['meta']['settings']} ==")
+    for line in table(summary):
         print(line)
+    days = list(next(iter(splits.values()))["checkpoints"])
     for title, key in (("current-value hit@1", "current_hit1"), ("stale leakage", "leakage"),
+                       ("label-named hit@1", "hit1_names_label"),
                        ("paraphrase hit@1 (label not named)", "hit1_paraphrase")):
         print(f"\n{title} by day:".ljust(NAME_WIDTH + 1) + "".join(f"{'d' + d:>8}" for d in days))
-        for name in result["summary"]:
-            print(name.ljust(NAME_WIDTH) + "".join(f"{_cell(key, figures[d].get(name, {}).get(key)):>8}"
-                                                   for d in days))
+        for row in summary:
+            name, split = row.rsplit(" · ", 1)
+            print(row.ljust(NAME_WIDTH) + "".join(
+                f"{_cell(key, splits[split]['checkpoints'][d].get(name, {}).get(key)):>8}" for d in days))
     corpus = result["corpus"]
     print(f"\ncorpus: {corpus['writes']} writes ({corpus['subjects']} subjects, {corpus['slots']} slots, "
           f"{corpus['state_cards']} state cards, {corpus['arbitration_cases']} arbitration cases) in "
           f"{len(result['meta']['config']['checkpoints'])} checkpoints; {result['meta']['seconds']:.0f} s")
+    for name, statuses in result["route_statuses"].items():
+        missed = {k: v for k, v in sorted(statuses.items())
+                  if k.endswith((":timeout", ":quarantined", ":error", ":unavailable"))}
+        print(f"routes not answering for {name}: {missed or 'none'}")
     disagreements = result["disagreements"]["counts"]
     print(f"write outcomes that disagree with the model: {sum(disagreements.values())}")
     for what, count in sorted(disagreements.items(), key=lambda kv: -kv[1]):
@@ -99,18 +118,25 @@ def paraphrase_templates() -> dict[str, dict[str, list[str]]]:
             for kind in phrasings.PARAPHRASES}
 
 
-def build(corpus: Corpus, figures: dict[str, dict[str, Any]], asked: dict[str, list[Question]],
+def build(corpus: Corpus, figures: dict[str, SplitFigures], asked: dict[str, list[Question]],
           rows: dict[str, dict[str, list[Row]]], writer: Writer, notes: list[str],
-          routes: dict[str, dict[str, int]], seconds: float) -> dict[str, Any]:
+          routes: dict[str, dict[str, int]], seconds: float, settings: str = "") -> dict[str, Any]:
+    """``figures``: day → split → system → figures."""
+    names = dict.fromkeys(split for day in figures.values() for split in day)
+    splits = {}
+    for split in names:
+        checkpoints = {day: found[split] for day, found in figures.items() if split in found}
+        splits[split] = {"checkpoints": checkpoints, "summary": means(checkpoints)}
     return {
         "meta": {"seed": corpus.config.seed, "config": dataclasses.asdict(corpus.config), "seconds": seconds,
+                 "settings": settings,
                  "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(),
                              "python": platform.python_version()},
                  "command": sys.argv, "date": datetime.now(UTC).isoformat()},
         "corpus": corpus.size(),
-        "question_counts": {day: dict(Counter(q.kind for q in qs)) for day, qs in asked.items()},
-        "checkpoints": figures,
-        "summary": means(figures),
+        "question_counts": {day: dict(Counter(f"{q.split} {q.kind}" for q in qs))
+                            for day, qs in asked.items()},
+        "splits": splits,
         "disagreements": {"counts": dict(writer.disagreements), "examples": writer.examples},
         "notes": notes,
         "route_statuses": routes,
@@ -136,15 +162,16 @@ def plot(result: dict[str, Any], key: str, title: str, path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    days = [int(d) for d in result["checkpoints"]]
     figure, axes = plt.subplots(figsize=(7, 4))
-    for n, name in enumerate(result["summary"]):
-        values = [result["checkpoints"][str(d)].get(name, {}).get(key) for d in days]
-        axes.plot(days, [math.nan if v is None else v for v in values], marker="osD^v"[n % 5],
-                  linestyle="-" if n % 2 == 0 else "--", label=name)
+    for style, (split, found) in zip(("-", "--"), result["splits"].items(), strict=False):
+        days = [int(d) for d in found["checkpoints"]]
+        for n, name in enumerate(found["summary"]):
+            values = [found["checkpoints"][str(d)].get(name, {}).get(key) for d in days]
+            axes.plot(days, [math.nan if v is None else v for v in values], marker="osD^v"[n % 5],
+                      color=f"C{n}", linestyle=style, label=f"{name} · {split}")
     axes.set(xlabel="simulated day", ylabel=key, title=title, ylim=(0, 1.02))
     axes.grid(alpha=0.3)
-    axes.legend(fontsize=8)
+    axes.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=120)
     plt.close(figure)

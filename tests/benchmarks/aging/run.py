@@ -28,7 +28,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--persons", type=int, help="persons in all, default 44 (--quick: 5)")
     parser.add_argument("--projects", type=int, help="default 8 (--quick: 1)")
     parser.add_argument("--quick", action="store_true",
-                        help="2 tenants, 6 subjects, 2 checkpoints, few questions: a smoke run")
+                        help="2 tenants, 6 subjects (test split: 2 tenants of 3 people), 2 checkpoints, "
+                             "few questions: a smoke run")
     parser.add_argument("--out", type=Path, default=Path("bench-results"),
                         help="where aging.json and the plots go")
     parser.add_argument("--data-dir", type=Path,
@@ -36,6 +37,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep the temporary data folder")
     parser.add_argument("--phrasings", choices=tuple(phrasings.SOURCES), default="builtin",
                         help="the paraphrases asked (label not named): built-in or the held-out set")
+    parser.add_argument("--without-lexicon", action="store_true",
+                        help="also ask Palimpsest with the retrieval lexicon off "
+                             "(PALIMPSEST_RETRIEVAL__LEXICON=false), beside it")
+    parser.add_argument("--patient", action="store_true",
+                        help="breakers lifted and route budgets wide (default: the settings a user runs)")
     return parser.parse_args(argv)
 
 
@@ -45,7 +51,7 @@ def configure(args: argparse.Namespace) -> tuple[Config, Budget]:
                     persons=args.persons or (5 if quick else 44),
                     projects=args.projects or (1 if quick else 8),
                     checkpoints=QUICK_CHECKPOINTS if quick else Config.checkpoints,
-                    prefix=f"aging-{uuid.uuid4().hex[:6]}")
+                    prefix=f"aging-{uuid.uuid4().hex[:6]}", test_persons=3 if quick else Config.test_persons)
     return config, QUICK if quick else Budget()
 
 
@@ -62,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
         admin = admin_database(settings)
         bootstrap(admin, settings)
         settings = settings.model_copy(update={"auto_bootstrap": False})
-        result = benchmark(corpus, settings, admin, budget=budget)
+        result = benchmark(corpus, settings, admin, budget=budget, patient=args.patient,
+                           without_lexicon=args.without_lexicon)
         report.print_summary(result)
         for path in report.write(result, args.out):
             print(f"wrote {path}")

@@ -104,15 +104,23 @@ class Writer:
                                   if command and command.valid_from else None})
 
 
-def bench_settings(settings: Settings) -> Settings:
-    """Breakers lifted and budgets wide, so load never skips a route."""
-    lifted = settings.retrieval.model_copy(update={"breaker_p95_ms": 1e9, "route_timeout_ms": 10_000,
-                                                   "graph_budget_ms": 10_000})
-    return settings.model_copy(update={"retrieval": lifted, "time_zone": "Asia/Taipei"})
+def bench_settings(settings: Settings, *, patient: bool = False) -> Settings:
+    """The settings a user runs (breakers on, default budgets), in the corpus's time zone; with
+    ``patient``, breakers lifted and budgets wide, so load never skips a route."""
+    retrieval = settings.retrieval
+    if patient:
+        retrieval = retrieval.model_copy(update={"breaker_p95_ms": 1e9, "route_timeout_ms": 10_000,
+                                                 "graph_budget_ms": 10_000})
+    return settings.model_copy(update={"retrieval": retrieval, "time_zone": "Asia/Taipei"})
 
 
-def make_systems(settings: Settings, admin: Database, refs: RefMap, notes: list[str]) -> list[System]:
+def make_systems(settings: Settings, admin: Database, refs: RefMap, notes: list[str], *,
+                 without_lexicon: bool = False) -> list[System]:
     systems: list[System] = [PalimpsestSystem("palimpsest", settings, refs)]
+    if without_lexicon:
+        bare = settings.model_copy(update={"retrieval": settings.retrieval.model_copy(
+            update={"lexicon": False})})
+        systems.append(PalimpsestSystem("palimpsest-no-lexicon", bare, refs))
     if "decay" in RetrievalSettings.model_fields:
         unbounded = settings.model_copy(update={"retrieval": settings.retrieval.model_copy(
             update={"decay": "unbounded"})})
@@ -149,19 +157,29 @@ def ask_all(systems: Sequence[System], questions: Sequence[Question], corpus: Co
     return rows
 
 
+def by_split(rows: dict[str, list[Row]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Each split's figures of each system: split → system → figures."""
+    splits = sorted({r["split"] for found in rows.values() for r in found}, key=("dev", "test").index)
+    return {split: {name: summarise([r for r in found if r["split"] == split])
+                    for name, found in rows.items()} for split in splits}
+
+
 def benchmark(corpus: Corpus, settings: Settings, admin: Database, *, budget: Budget | None = None,
-              questions: Questions | None = None, say: Say = progress) -> dict[str, Any]:
+              questions: Questions | None = None, say: Say = progress, patient: bool = False,
+              without_lexicon: bool = False) -> dict[str, Any]:
     """The whole run on a bootstrapped database; returns the report (see :mod:`report`).
-    ``questions``: the questions of a checkpoint, instead of :func:`checkpoint_questions`."""
+    ``questions``: the questions of a checkpoint, instead of :func:`checkpoint_questions`;
+    ``patient``: breakers lifted (:func:`bench_settings`); ``without_lexicon``: Palimpsest asked
+    again with ``lexicon=False`` beside it."""
     budget = budget or Budget()
-    settings = bench_settings(settings)
+    settings = bench_settings(settings, patient=patient)
     clock = Clock(corpus.start)
     refs: RefMap = {}
     notes: list[str] = []
     app = create_app(settings, clock=clock)
-    systems = make_systems(settings, admin, refs, notes)
+    systems = make_systems(settings, admin, refs, notes, without_lexicon=without_lexicon)
     writer = Writer(app, clock, refs)
-    figures: dict[str, dict[str, Any]] = {}
+    figures: dict[str, dict[str, dict[str, Any]]] = {}
     asked: dict[str, list[Question]] = {}
     all_rows: dict[str, dict[str, list[Row]]] = {}
     started = time.perf_counter()
@@ -178,7 +196,7 @@ def benchmark(corpus: Corpus, settings: Settings, admin: Database, *, budget: Bu
             chosen = questions(corpus, day) if questions else checkpoint_questions(corpus, day, budget)
             say(f"  asking {len(chosen)} questions of {len(systems)} systems …")
             rows = ask_all(systems, chosen, corpus, day, say)
-            figures[str(day)] = {name: summarise(r) for name, r in rows.items()}
+            figures[str(day)] = by_split(rows)
             asked[str(day)], all_rows[str(day)] = chosen, rows
             report.print_checkpoint(day, corpus.moment(day), figures[str(day)], chosen)
     finally:
@@ -187,4 +205,5 @@ def benchmark(corpus: Corpus, settings: Settings, admin: Database, *, budget: Bu
             system.close()
         app.close()
     seconds = time.perf_counter() - started
-    return report.build(corpus, figures, asked, all_rows, writer, notes, routes, seconds)
+    mode = "patient (breakers lifted, wide budgets)" if patient else "a user's (breakers on, default budgets)"
+    return report.build(corpus, figures, asked, all_rows, writer, notes, routes, seconds, mode)
