@@ -27,7 +27,7 @@ class RetrievalSettings(BaseModel):
     #: Cosine similarity below which a neighbour is no match (a nearest-neighbour search always
     #: returns k cards, even for a question nothing answers), and the similarity at which a hit
     #: counts fully. Unset: the embedding model's measured values
-    #: (``services.retrieval.semantic.MODEL_CALIBRATION``; docs/benchmarks.md).
+    #: (``services.query.retrieval.semantic.MODEL_CALIBRATION``; docs/benchmarks.md).
     semantic_min_similarity: float | None = None
     semantic_full_similarity: float | None = None
     #: Nearest neighbours read from the HNSW index before the tenant / scope / time filter.
@@ -77,7 +77,7 @@ class RetrievalSettings(BaseModel):
     #: A question about now (not asked as of a moment, naming no earlier time) over raw
     #: conversation turns: the latest turn on the question's matter is not decayed, and each
     #: earlier one keeps ``decay_conversation_floor + (1 − floor)·e^(−decay_conversation·Δt_days)``
-    #: of its relevance, Δt counted to when the latest was said (``services.retrieval.present``).
+    #: of its relevance, Δt counted to when the latest was said (``services.query.retrieval.present``).
     #: A turn is on the matter when a route matching the question's words or meaning found it at
     #: least ``conversation_matter_share`` as strongly as the strongest turn it found.
     #: ``conversation_recency=False``: turns decay as any event (``decay_event``). The numbers
@@ -90,7 +90,7 @@ class RetrievalSettings(BaseModel):
     #: at ``slot_weak_similarity`` it only weighs in (``weight_slots``).
     slot_similarity: float = 0.5
     slot_weak_similarity: float = 0.35
-    #: Whether questions name slots through the lexicon's concepts (``services/retrieval/
+    #: Whether questions name slots through the lexicon's concepts (``services/query/retrieval/
     #: lexicon.py``: words, phrases and example questions); off, only through a label's own words
     #: and embedding (measured by ``palimpsest bench aging --without-lexicon``, decision 0015).
     lexicon: bool = True
@@ -159,7 +159,7 @@ class Settings(BaseSettings):
     #: How often a command reloads and decides again after losing a race on an aggregate.
     conflict_retries: int = 3
     #: Save the decisions of concurrent commands of one process in one event-store transaction
-    #: (they share its table lock and its flush to disk; ``services.commit``).
+    #: (they share its table lock and its flush to disk; ``services.command.commit``).
     group_commit: bool = True
 
     #: Kafka: unset = the embedded broker (tansu) on a free loopback port under ``data_dir``.
@@ -263,7 +263,7 @@ class Settings(BaseSettings):
     #: way, and nothing written with it off can be erased.
     seal_events: bool = True
     #: How often ``serve`` applies the tenants' retention policies for raw conversation turns
-    #: (``services.retention``; a tenant without one keeps every turn), and how many turns a
+    #: (``services.command.retention``; a tenant without one keeps every turn), and how many turns a
     #: tenant it erases at most a run (the rest the next run).
     retention_interval_seconds: float = Field(default=3_600.0, gt=0.0)
     retention_batch: int = Field(default=500, ge=1, le=100_000)

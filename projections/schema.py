@@ -390,7 +390,7 @@ DROP INDEX IF EXISTS {s}.cards_slot;
 CREATE INDEX IF NOT EXISTS cards_type ON {s}.cards (tenant_id, memory_type);
 -- A subject's cards, and the subjects below a namespace (byte order: projections.predicates).
 CREATE INDEX IF NOT EXISTS cards_subject ON {s}.cards (tenant_id, (subject COLLATE "C"));
--- Listing a slice of the cards, the newest recorded first (keyset pages: services.slicing).
+-- Listing a slice of the cards, the newest recorded first (keyset pages: services.query.slicing).
 CREATE INDEX IF NOT EXISTS cards_recorded ON {s}.cards (tenant_id, recorded_at DESC, card_id DESC);
 -- The temporal route: what began (events: occurred) or ended inside a range.
 CREATE INDEX IF NOT EXISTS cards_valid_from ON {s}.cards (tenant_id, valid_from);

@@ -9,7 +9,7 @@ Relations: ``card_relations`` joins cards, and a link made to a state card's slo
 ``affects`` it, knowledge links to it) stands for each card of that slot, so the far end of an
 edge is matched on a card's id or its aggregate's.
 
-An erased card is listed as a tombstone (no content, ``erased_at`` set: ``services.slicing``).
+An erased card is listed as a tombstone (no content, ``erased_at`` set: ``services.query.slicing``).
 """
 
 from __future__ import annotations

@@ -1,2 +1,3 @@
-"""The application: commands over the domain, the query side, ingest and consolidation; the
-edges in ``services/entrypoints``."""
+"""The application, a side a folder: ``command`` (commands over the domain, saved as events) and
+``query`` (reads of the read models only: search, facts, slicing, export); beside them ingest,
+keys, the console and the edges in ``services/entrypoints``."""

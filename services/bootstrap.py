@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 
 from infra.postgres import Database
 from infra.settings import Settings
-from services.application import Clock, utc_now
+from services.command.application import Clock, utc_now
+from services.command.memory import Palimpsest
 from services.factory import create_app, create_queries
 from services.keys import KeyStore, MemoryKeyStore, PostgresKeyStore
-from services.memory import Palimpsest
-from services.pending import PendingWrites
-from services.queries import Queries
+from services.query.pending import PendingWrites
+from services.query.queries import Queries
 
 
 @dataclass

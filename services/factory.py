@@ -8,9 +8,9 @@ from infra.eventlog import event_store_env
 from infra.keyring import open_keyring
 from infra.postgres import admin_database, bootstrap, runtime_database
 from infra.settings import Settings
-from services.application import Clock, utc_now
-from services.memory import Palimpsest
-from services.queries import Queries
+from services.command.application import Clock, utc_now
+from services.command.memory import Palimpsest
+from services.query.queries import Queries
 
 if TYPE_CHECKING:
     from services.ingest.worker import IngestWorker
@@ -34,8 +34,8 @@ def create_queries(settings: Settings | None = None, clock: Clock = utc_now) -> 
     query embedder (the projection's model, so vectors compare)."""
     from infra.embedders import create_embedder
     from infra.postgres import vector_search_available
-    from services.readmodels import ReadModels
-    from services.retrieval.retriever import Retriever
+    from services.query.readmodels import ReadModels
+    from services.query.retrieval.retriever import Retriever
 
     settings = settings or Settings()
     admin = admin_database(settings)
@@ -60,7 +60,7 @@ def create_ingest_worker(settings: Settings, app: Palimpsest) -> IngestWorker:
     from services.ingest.extraction import Extractor, Shown
     from services.ingest.resolution import Thresholds
     from services.ingest.worker import IngestWorker
-    from services.readmodels import ReadModels
+    from services.query.readmodels import ReadModels
 
     read = ReadModels(runtime_database(admin_database(settings), settings), settings.read_schema,
                       pool_size=2)

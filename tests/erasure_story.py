@@ -15,7 +15,7 @@ from datetime import timedelta
 from typing import Any
 from uuid import UUID, uuid4
 
-from services.commands import (
+from services.command.commands import (
     Arbitrate,
     CorrectEvent,
     Erase,
@@ -26,7 +26,7 @@ from services.commands import (
     Rename,
     ReviewProposal,
 )
-from services.consolidation import Propose
+from services.command.consolidation import Propose
 from tests.support import Clock, state
 
 

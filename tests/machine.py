@@ -55,9 +55,9 @@ from infra.topics import ensure_topic
 from projections.fold import fold
 from projections.projector import ProjectionError, ProjectionUnavailableError, decode
 from projections.replay import make_projector, read_log, rebuild
-from services.commands import Arbitrate, Erase, Move, Remember, Revise, Verify
+from services.command.commands import Arbitrate, Erase, Move, Remember, Revise, Verify
 from services.factory import create_app
-from services.readmodels import ReadModels
+from services.query.readmodels import ReadModels
 from tests.support import Clock, new_tenant, state
 
 LABELS = ("address", "skills", "job_title")

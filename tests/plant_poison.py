@@ -18,7 +18,7 @@ from psycopg import sql
 
 from infra.postgres import EVENTS_TABLE, admin_database
 from infra.settings import Settings
-from services.commands import Remember
+from services.command.commands import Remember
 from services.factory import create_app
 from tests.poison import MARK, marked, stored_as
 from tests.support import LOST_TOPIC

@@ -16,7 +16,7 @@ from psycopg.rows import dict_row
 
 import projections.cards as cards_module
 from infra.postgres import Database
-from services.commands import Link, Remember
+from services.command.commands import Link, Remember
 from tests.support import LOST_TOPIC, new_tenant, state
 
 MARK = "POISON-MARK"

@@ -26,7 +26,7 @@ from domain.errors import (
     ValidityOrderError,
 )
 from domain.slot import Slot
-from services.commands import (
+from services.command.commands import (
     Arbitrate,
     CorrectEvent,
     Link,
@@ -37,8 +37,8 @@ from services.commands import (
     Revise,
     Verify,
 )
-from services.memory import Palimpsest
-from services.views import slot_view
+from services.command.memory import Palimpsest
+from services.query.views import slot_view
 from tests.scenarios_arbitration import ArbitrationCaseScenarios
 from tests.scenarios_input import InputScenarios
 from tests.support import Clock, all_events, new_tenant, state, stored_count

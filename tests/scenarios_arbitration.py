@@ -11,7 +11,7 @@ import pytest
 from domain.arbitration import ArbitrationCase
 from domain.errors import CardNotFoundError, InvalidCommandError, InvalidTransitionError
 from domain.slot import Slot
-from services.commands import Arbitrate
+from services.command.commands import Arbitrate
 from tests.support import Clock, state, stored_count
 
 

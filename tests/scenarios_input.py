@@ -12,7 +12,7 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from domain.errors import InvalidTextError
-from services.commands import (
+from services.command.commands import (
     Arbitrate,
     CorrectEvent,
     Link,
@@ -23,7 +23,7 @@ from services.commands import (
     Revise,
     Verify,
 )
-from services.memory import Palimpsest
+from services.command.memory import Palimpsest
 from tests.support import stored_count
 
 #: Each command with a valid body and the call that runs it (targets need not exist: the text is

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import uuid4
 
-from services.application import BaseApplication
-from services.commands import Remember
+from services.command.application import BaseApplication
+from services.command.commands import Remember
 
 START = datetime(2026, 6, 1, 9, tzinfo=UTC)
 #: The topic of the events the poison tests make undecodable: no module has it.

@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta, tzinfo
 from uuid import UUID
 
 from services.entrypoints.schemas import ArbitrationCase
-from services.queries import CardHistory, Version
+from services.query.queries import CardHistory, Version
 
 WIDTH, HEIGHT = 960.0, 560.0
 #: The plot inside the SVG: room on the left for the recorded-time labels, below for valid time.

@@ -1,6 +1,6 @@
 """The operations page: the pipeline's liveness and lag (``status``), ingested turns by status
 with the dead letters and a re-run each (``ingestions``, ``rerun_ingestion``), the tenant's parked
-events with retry and skip (:mod:`services.failures`: ``palimpsest failures`` as use cases of the
+events with retry and skip (:mod:`services.command.failures`: ``palimpsest failures`` as use cases of the
 signed-in tenant), and the erasures (:mod:`services.console.views_erasure`)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from fastapi import APIRouter, Form, Query, Request
 from fastapi.responses import RedirectResponse, Response
 
 from domain.errors import PalimpsestError
-from services import failures
+from services.command import failures
 from services.console.views_arbitration import decided_by
 from services.console.views_erasure import erasure_routes
 from services.console.web import Checked, SignedIn, Visitor, message, page

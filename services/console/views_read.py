@@ -23,7 +23,7 @@ from domain.values import CardKind, Edge, MemoryType, ScopeKind, Source
 from projections.slicing_sql import GROUP_KEYS
 from services.console import graph, timeline
 from services.console.web import PREFIX, SignedIn, Visitor, message, page
-from services.retrieval.results import RetrievedCard
+from services.query.retrieval.results import RetrievedCard
 
 #: Slice filters a form gives as lists (several values, or comma-separated).
 LISTS = ("kinds", "memory_types", "scopes", "sources", "agent_ids", "session_ids", "subjects",

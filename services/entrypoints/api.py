@@ -24,7 +24,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationErro
 
 from domain.errors import InvalidCommandError, PalimpsestError, PayloadTooLargeError
 from services.bootstrap import Services
-from services.commands import WriteResult
+from services.command.commands import WriteResult
 from services.console import mount_console
 from services.entrypoints import schemas as s
 from services.entrypoints.api_erasure import erasure_routes
@@ -36,7 +36,7 @@ from services.entrypoints.operations import OPERATIONS
 from services.entrypoints.params import CardId, IdempotencyKey, Key, KnownAt, MinPosition, ValidAt
 from services.entrypoints.readiness import readiness
 from services.keys import Principal
-from services.slicing import CardCounts, CardPage, CardSlice
+from services.query.slicing import CardCounts, CardPage, CardSlice
 
 log = logging.getLogger(__name__)
 

@@ -18,14 +18,14 @@ from fastapi.responses import StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials
 
 from services.bootstrap import Services
-from services.commands import ErasureResult
+from services.command.commands import ErasureResult
 from services.entrypoints.erasure_ops import ErasuresOutput, ForgetInput, export_stream
 from services.entrypoints.operation import fresh
 from services.entrypoints.operations import OPERATIONS
 from services.entrypoints.params import CardId, IdempotencyKey, Key, MinPosition
 from services.entrypoints.retention_ops import RetentionPolicy, RetentionSet, SetRetentionInput
-from services.export import MEDIA_TYPE
 from services.keys import Principal
+from services.query.export import MEDIA_TYPE
 
 Call = Callable[..., Any]
 Authorized = Callable[[str, HTTPAuthorizationCredentials | None, Any], tuple[Principal, Any]]

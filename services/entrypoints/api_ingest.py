@@ -9,7 +9,7 @@ from uuid import UUID
 
 from fastapi import FastAPI, Path, Query
 
-from services.commands import WriteResult
+from services.command.commands import WriteResult
 from services.entrypoints.ingest_ops import IngestInput, IngestionsOutput, IngestOutput, RerunFields
 from services.entrypoints.operations import OPERATIONS
 from services.entrypoints.params import Key, MinPosition

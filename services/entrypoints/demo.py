@@ -22,9 +22,9 @@ from uuid import UUID, uuid4
 
 from palimpsest_client import Client
 
-from services.commands import WriteResult
-from services.memory import Palimpsest
-from services.views import SlotView, pending_cases, slot_view
+from services.command.commands import WriteResult
+from services.command.memory import Palimpsest
+from services.query.views import SlotView, pending_cases, slot_view
 
 TAIPEI = timezone(timedelta(hours=8), "Asia/Taipei")
 #: The longest the demo waits for the pipeline to bring the read models up to its history.

@@ -2,7 +2,7 @@
 export the cards.
 
 ``forget`` erases one unit — a card, a slot, a subject, an ingested session, or the whole tenant —
-by destroying its keys (:mod:`services.erasure`); its answer carries the erasure's ``position``,
+by destroying its keys (:mod:`services.command.erasure`); its answer carries the erasure's ``position``,
 so a read passing it as ``min_position`` sees the tombstones. A card, slot, subject or session
 needs ``memory:write``; the whole tenant needs ``memory:erase``, a scope granted only by name
 (``memory:admin`` does not hold it). Who asked is the key (``key <key id>``), never the body.
@@ -19,11 +19,11 @@ from uuid import UUID
 
 from pydantic import BaseModel, Field
 
-from services import export as exporting
-from services.commands import Erase, ErasureResult
+from services.command.commands import Erase, ErasureResult
 from services.entrypoints import schemas as s
 from services.entrypoints.operation import Operation, fresh
 from services.keys import Principal
+from services.query import export as exporting
 
 if TYPE_CHECKING:
     from services.bootstrap import Services

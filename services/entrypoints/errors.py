@@ -24,7 +24,7 @@ from projections.bulk import RowsRefusedError
 from projections.failures import ParkedEventNotFoundError
 from projections.projector import ProjectionError, ProjectionUnavailableError
 from services.ingest.extraction import ExtractionFailed
-from services.timeexpr import AmbiguousTimeError
+from services.query.timeexpr import AmbiguousTimeError
 
 
 @dataclass(frozen=True)

@@ -15,12 +15,12 @@ from uuid import UUID
 from pydantic import AwareDatetime, BaseModel, Field
 
 from domain.errors import ContentTooLargeError
-from services.commands import IngestResult, IngestTurn, WriteResult
+from services.command.commands import IngestResult, IngestTurn, WriteResult
 from services.entrypoints import schemas as s
 from services.entrypoints.operation import Operation, fresh
 from services.ingest.extraction import extraction_off_reason
 from services.keys import Principal
-from services.readmodels import IngestionRecord
+from services.query.readmodels import IngestionRecord
 
 if TYPE_CHECKING:
     from services.bootstrap import Services

@@ -334,7 +334,7 @@ class Timeline:
     entries: list[tuple[datetime, int, dict[str, Any]]] = field(default_factory=list)
 
     def add(self, card: Mapping[str, Any], replaced: bool, before: str | None) -> None:
-        """``card``: one card's history (``services.queries.CardHistory`` as data); ``replaced``:
+        """``card``: one card's history (``services.query.queries.CardHistory`` as data); ``replaced``:
         it took the place of another card, whose text was ``before``."""
         previous, user = before, user_of(card.get("subject"))
         for index, version in enumerate(card["versions"]):

@@ -15,7 +15,7 @@ from services.keys import Principal, require
 
 if TYPE_CHECKING:
     from services.bootstrap import Services
-    from services.readmodels import Freshness
+    from services.query.readmodels import Freshness
 
 I = TypeVar("I", bound=BaseModel)  # noqa: E741 - the input model
 O = TypeVar("O", bound=BaseModel)  # noqa: E741 - the output model

@@ -5,7 +5,7 @@ Each :class:`services.entrypoints.operation.Operation` names the scope it needs 
 behaves; :meth:`~services.entrypoints.operation.Operation.run` checks the key's scope, validates
 the input, refuses a tenant named in it that is not the key's, and calls the use case with the
 key's tenant. Writes answer their ``position``; a state a write created is kept in
-:class:`services.pending.PendingWrites` until the read models include it, so a search by the same
+:class:`services.query.pending.PendingWrites` until the read models include it, so a search by the same
 tenant at once shows it (DESIGN §3, the read-your-writes overlay).
 """
 
@@ -20,8 +20,7 @@ from pydantic import BaseModel
 from domain.errors import CardNotFoundError, InvalidKindError
 from domain.rules.commitments import reads_as
 from domain.values import MemoryType
-from services import slicing
-from services.commands import (
+from services.command.commands import (
     Arbitrate,
     CorrectEvent,
     Link,
@@ -31,7 +30,6 @@ from services.commands import (
     Verify,
     WriteResult,
 )
-from services.context import render
 from services.entrypoints import schemas as s
 from services.entrypoints.erasure_ops import ERASURE_OPERATIONS
 from services.entrypoints.ingest_ops import INGEST_OPERATIONS
@@ -40,10 +38,12 @@ from services.entrypoints.retention_ops import RETENTION_OPERATIONS
 from services.entrypoints.review_ops import REVIEW_OPERATIONS
 from services.ingest.extraction import extraction_off_reason
 from services.keys import Principal
-from services.retrieval.candidates import load_candidates
-from services.retrieval.postprocess import pending_state
-from services.retrieval.query import RetrievalQuery
-from services.slicing import CardCounts, CardPage, CardSlice
+from services.query import slicing
+from services.query.context import render
+from services.query.retrieval.candidates import load_candidates
+from services.query.retrieval.postprocess import pending_state
+from services.query.retrieval.query import RetrievalQuery
+from services.query.slicing import CardCounts, CardPage, CardSlice
 
 if TYPE_CHECKING:
     from services.bootstrap import Services

@@ -1,7 +1,7 @@
 """Retention of raw conversation turns, as the edges offer it (DESIGN §7): a tenant's policy,
 read and set.
 
-``set_retention`` records the policy :class:`services.retention.RetentionWorker` applies inside
+``set_retention`` records the policy :class:`services.command.retention.RetentionWorker` applies inside
 ``palimpsest serve``: the turns ingest stored that were said more than ``turn_days`` days ago are
 erased, one erasure each with basis ``retention``, and with ``extracted`` the cards extraction made
 of them too. Setting it needs ``memory:erase``, as forgetting a whole tenant does: it erases every
@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, Field
 
 from domain.retention import MAX_TURN_DAYS
+from services.command.retention import SetRetention
 from services.entrypoints import schemas as s
 from services.entrypoints.operation import Operation
 from services.keys import Principal
-from services.retention import SetRetention
 
 if TYPE_CHECKING:
     from services.bootstrap import Services

@@ -11,11 +11,11 @@ from uuid import UUID
 
 from pydantic import BaseModel, Field
 
-from services.consolidation import Consolidator, ReviewResult
+from services.command.consolidation import Consolidator, ReviewResult
 from services.entrypoints import schemas as s
 from services.entrypoints.operation import Operation, fresh
 from services.keys import Principal
-from services.readmodels import ProposalRecord
+from services.query.readmodels import ProposalRecord
 
 if TYPE_CHECKING:
     from services.bootstrap import Services

@@ -15,11 +15,11 @@ from uuid import UUID
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from services.commands import Authored, Command, Remember, WriteResult
-from services.queries import Briefing, CardHistory, Fact
-from services.readmodels import Freshness
-from services.retrieval.results import RetrievalResult, StoredCard
-from services.slicing import CardSlice
+from services.command.commands import Authored, Command, Remember, WriteResult
+from services.query.queries import Briefing, CardHistory, Fact
+from services.query.readmodels import Freshness
+from services.query.retrieval.results import RetrievalResult, StoredCard
+from services.query.slicing import CardSlice
 
 __all__ = ["WriteResult"]
 
@@ -178,7 +178,7 @@ class StatusInput(Request):
 
 
 class CardsInput(CardSlice, Tenanted):
-    """A slice of the tenant's cards (``services.slicing``)."""
+    """A slice of the tenant's cards (``services.query.slicing``)."""
 
     min_position: int | None = Field(
         default=None, ge=0, description="A write's position: wait (bounded) until the read models "

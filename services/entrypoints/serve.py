@@ -272,7 +272,7 @@ class Service:
         process: they only record proposals."""
         if not self.settings.consolidation_enabled or self.services.monitor is None:
             return
-        from services.consolidation import consolidation_worker
+        from services.command.consolidation import consolidation_worker
 
         worker = consolidation_worker(self.services.app, self.services.queries.read,
                                       self.services.monitor, self.settings, self.shutdown.stop)
@@ -281,9 +281,9 @@ class Service:
         self._started.append(lambda: worker.stop(timeout=1.0))
 
     def _start_retention(self) -> None:
-        """The tenants' retention policies (``services.retention``), applied by a thread of this
+        """The tenants' retention policies (``services.command.retention``), applied by a thread of this
         process, reading the read models as the runtime role; always started."""
-        from services.retention import RetentionWorker
+        from services.command.retention import RetentionWorker
 
         worker = RetentionWorker(self.services.app, self.services.queries.read,
                                  self.settings.retention_interval_seconds,

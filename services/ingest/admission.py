@@ -18,8 +18,8 @@ from uuid import UUID
 from domain.proposal import ProposalEdge, ProposalKind
 from domain.rules.cardinality import normalise_label
 from domain.values import Cardinality
-from services.commands import Remember
-from services.consolidation import Propose
+from services.command.commands import Remember
+from services.command.consolidation import Propose
 from services.ingest.candidates import Candidate
 from services.ingest.catalogue import Similarity
 from services.ingest.grounding import support

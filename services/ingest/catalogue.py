@@ -21,11 +21,11 @@ from psycopg import sql
 
 from projections.predicates import CURRENT
 from services.ingest.resolution import KnownSlot
-from services.retrieval.naming import label_text
+from services.query.retrieval.naming import label_text
 
 if TYPE_CHECKING:
     from infra.embedders import Embedder
-    from services.readmodels import ReadModels
+    from services.query.readmodels import ReadModels
 
 
 #: A slot with its current values (the newest first), as the prompt shows it.

@@ -26,8 +26,8 @@ from domain.ingestion import Ingestion, Role, check_zone, parse_role
 from domain.rules.tags import normalise_tags
 from domain.rules.validation import check_content, check_not_future, check_slot_part
 from domain.values import Provenance, Scope, ScopeKind, Source
-from services.application import BaseApplication
-from services.commands import (
+from services.command.application import BaseApplication
+from services.command.commands import (
     IngestResult,
     IngestTurn,
     RecordApplied,
@@ -50,7 +50,7 @@ def event_card_id(tenant_id: str, session_id: str, turn_id: str) -> UUID:
 
 
 class IngestCommands(BaseApplication):
-    """The ingest use cases, mixed into :class:`services.memory.Palimpsest`."""
+    """The ingest use cases, mixed into :class:`services.command.memory.Palimpsest`."""
 
     def ingest_turn(self, tenant_id: str, command: IngestTurn) -> IngestResult:
         """Store the turn as an event card with its ``Received``; a turn stored before is

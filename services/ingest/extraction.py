@@ -27,7 +27,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from domain.errors import PalimpsestError
 from infra.llm import ChatModel, LLMError, Mode, create_chat_model
 from projections.text import fold
-from services.commands import Remember
+from services.command.commands import Remember
 from services.ingest.candidates import (
     CANDIDATES_SCHEMA,
     SCHEMA_NAME,

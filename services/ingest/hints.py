@@ -13,7 +13,7 @@ The rules, in order:
    offset off was thinking in.
 2. **Not in the future.** A hint later than ``said_at`` plus the clock-skew tolerance is refused.
 3. **Consistent with the turn.** When the turn's text holds time expressions
-   (``services.timeexpr.find_ranges`` against ``said_at`` in the user's zone), a hint inside one of
+   (``services.query.timeexpr.find_ranges`` against ``said_at`` in the user's zone), a hint inside one of
    their ranges stands. A hint outside every range (or refused above) disagrees with the turn,
    and when the turn holds exactly one range the **resolver wins**: the card's time is the start
    of that range (local midnight of 三天前's day) — a whole day is what the turn says, and a time
@@ -35,7 +35,7 @@ from datetime import datetime, timedelta
 from typing import Literal
 from zoneinfo import ZoneInfo
 
-from services.timeexpr import AmbiguousTimeError, TimeRange, find_ranges
+from services.query.timeexpr import AmbiguousTimeError, TimeRange, find_ranges
 
 Source = Literal["hint", "resolver", "turn"]
 

@@ -31,8 +31,8 @@ from enum import StrEnum
 
 from domain.rules.cardinality import MULTI_VALUE_LABELS, SINGLE_VALUE_LABELS, normalise_label
 from domain.rules.tags import to_simplified
-from services.retrieval.lexicon import CONCEPTS, concept_strengths, concepts_of_label
-from services.retrieval.naming import label_text, label_words
+from services.query.retrieval.lexicon import CONCEPTS, concept_strengths, concepts_of_label
+from services.query.retrieval.naming import label_text, label_words
 
 #: The subject a first-person candidate is about: the person speaking to the assistant.
 USER = "user"

@@ -41,7 +41,7 @@ from uuid import UUID
 from domain.errors import ConcurrentWriteError, PalimpsestError, StoreUnavailableError
 from domain.ingestion import Ingestion
 from infra.relay_messages import RelayError, decode_messages
-from services.commands import Link, Remember
+from services.command.commands import Link, Remember
 from services.ingest.admission import Admission, near_twin, twin_proposal
 from services.ingest.candidates import Candidate
 from services.ingest.catalogue import Catalogue, CatalogueSlot, NoCatalogue

@@ -58,7 +58,7 @@ from psycopg.types.json import Jsonb
 from infra.embedders import create_embedder
 from infra.postgres import admin_database
 from infra.settings import Settings
-from services.retrieval.breaker import nearest_rank
+from services.query.retrieval.breaker import nearest_rank
 from tests.benchmarks.bench_retrieval import (
     NOISE_DIVISOR,
     BenchQuery,

@@ -12,7 +12,7 @@ max latency per call, and what the slot holds after: valid cards, pending cases,
 
 - ``retry``: reload and decide again at once, up to 3 times (the landed behaviour);
 - ``jitter``: up to 10 times, after a random pause growing from 5 ms to at most 50 ms;
-- ``lock``: every save holds the changed aggregates' advisory locks (``services.locks``), up to 3
+- ``lock``: every save holds the changed aggregates' advisory locks (``services.command.locks``), up to 3
   retries after a race lost all the same, after a jittered pause (the default);
 - ``lock-no-jitter``: the same without the pause.
 """
@@ -35,8 +35,8 @@ from domain.errors import PalimpsestError
 from domain.slot import Slot
 from infra.postgres import admin_database, bootstrap, stop_embedded
 from infra.settings import Settings
+from services.command.memory import Palimpsest
 from services.factory import create_app
-from services.memory import Palimpsest
 from tests.benchmarks.folders import bench_folder
 from tests.support import state
 

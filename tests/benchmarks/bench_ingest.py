@@ -37,7 +37,7 @@ from palimpsest_client import Client
 
 from infra.postgres import admin_database
 from infra.settings import Settings
-from services.retrieval.breaker import nearest_rank
+from services.query.retrieval.breaker import nearest_rank
 from tests.benchmarks.bench_api import TENANT, Server, start_server, stop_server
 from tests.benchmarks.folders import bench_folder
 from tests.fakes.openai_server import FakeOpenAIServer, Reply

@@ -42,9 +42,9 @@ from uuid import UUID
 from infra.postgres import admin_database, bootstrap
 from infra.settings import Settings
 from projections.worker import project_log
-from services.commands import IngestTurn
+from services.command.commands import IngestTurn
 from services.factory import create_app, create_queries
-from services.queries import Queries
+from services.query.queries import Queries
 from tests.benchmarks.folders import bench_folder
 from tests.support import Clock
 

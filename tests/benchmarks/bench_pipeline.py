@@ -47,9 +47,9 @@ from infra.settings import Settings
 from projections.replay import catch_up, make_projector, rebuild
 from projections.schema import create_read_schema
 from projections.text import warm_up
-from services.commands import Remember
+from services.command.commands import Remember
+from services.command.memory import Palimpsest
 from services.factory import create_app
-from services.memory import Palimpsest
 
 CITIES = ["Taipei", "Kyoto", "Kaohsiung", "台北", "高雄", "京都", "Osaka", "臺南"]
 SKILLS = ["Python", "PostgreSQL", "Kafka", "資料庫設計", "後端開發", "Rust", "牛肉湯料理", "JWT auth"]

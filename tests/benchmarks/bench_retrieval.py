@@ -76,9 +76,9 @@ from projections.cards import _text_columns
 from projections.ops import CARD_COLUMNS, SLOT_COLUMNS
 from projections.text import slot_words
 from services.factory import create_queries
-from services.queries import Queries
-from services.retrieval.breaker import nearest_rank
-from services.retrieval.semantic import SemanticRoute
+from services.query.queries import Queries
+from services.query.retrieval.breaker import nearest_rank
+from services.query.retrieval.semantic import SemanticRoute
 from tests.benchmarks import cpu_hog
 
 MAIN, NOISE = "bench-main", "bench-noise"

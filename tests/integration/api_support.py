@@ -16,8 +16,8 @@ from fastapi.testclient import TestClient
 from infra.postgres import Database
 from infra.settings import Settings
 from services.bootstrap import Services, build_services
-from services.commands import IngestTurn
-from services.consolidation import Propose
+from services.command.commands import IngestTurn
+from services.command.consolidation import Propose
 from services.entrypoints.api import create_api
 
 #: Small limits, so the oversized cases are cheap to send.

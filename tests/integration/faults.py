@@ -13,7 +13,7 @@ from psycopg import sql
 from infra.postgres import Database
 from infra.settings import Settings
 from projections.replay import rebuild
-from services.memory import Palimpsest
+from services.command.memory import Palimpsest
 from tests.integration.test_projections import COMPARED, dump
 from tests.support import state
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from services.commands import Remember
+from services.command.commands import Remember
 
 TIME_ZONE = "Asia/Taipei"
 TPE = ZoneInfo(TIME_ZONE)

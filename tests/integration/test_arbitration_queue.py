@@ -13,7 +13,7 @@ from infra.postgres import Database
 from infra.settings import Settings
 from projections.replay import rebuild
 from projections.worker import project_log
-from services.commands import Arbitrate
+from services.command.commands import Arbitrate
 from services.factory import create_app
 from tests.integration.test_projections import dump
 from tests.support import Clock, new_tenant, state

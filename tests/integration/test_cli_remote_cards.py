@@ -21,7 +21,7 @@ from infra.postgres import Database
 from infra.settings import Settings
 from projections.replay import catch_up, make_projector
 from services.bootstrap import Services, build_services
-from services.commands import Link, Remember
+from services.command.commands import Link, Remember
 from services.entrypoints.cli import cli
 from tests.integration.rest_server import ServedApi
 from tests.support import Clock, new_tenant, state

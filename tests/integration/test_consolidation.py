@@ -25,10 +25,10 @@ from infra.settings import Settings
 from projections.consolidation_sql import tenants_with_cards
 from projections.embeddings import EMBEDDED_TEXT
 from projections.replay import catch_up, rebuild
-from services.commands import Arbitrate, Remember
-from services.consolidation import ConsolidationWorker, Consolidator
-from services.queries import Queries
-from services.readmodels import ReadModels
+from services.command.commands import Arbitrate, Remember
+from services.command.consolidation import ConsolidationWorker, Consolidator
+from services.query.queries import Queries
+from services.query.readmodels import ReadModels
 from tests.support import new_tenant, state, stored_count
 
 pytestmark = pytest.mark.integration
@@ -271,7 +271,7 @@ def test_the_worker_scans_every_tenant_with_cards_and_logs_its_counts(
     assert history["tenant"] in tenants_with_cards(monitor, pg_settings.read_schema)
     empty = new_tenant()
     worker = ConsolidationWorker(consolidator, lambda: [history["tenant"], empty], 60)
-    caplog.set_level(logging.INFO, logger="services.consolidation")
+    caplog.set_level(logging.INFO, logger="services.command.consolidation")
     counts = worker.scan_all()
     assert (counts["scanned"], counts["duplicate"], counts["contradiction"]) == (2, 1, 2)
     assert "scanned 2 tenants (0 unchanged, 0 failed)" in caplog.text

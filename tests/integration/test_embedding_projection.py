@@ -18,8 +18,8 @@ from infra.settings import Settings
 from projections.embeddings import EmbeddingProjection
 from projections.replay import catch_up, make_projector, rebuild
 from projections.worker import embedding_lease, embedding_loop
+from services.command.memory import Palimpsest
 from services.factory import create_app
-from services.memory import Palimpsest
 from tests.support import new_tenant, state
 
 pytestmark = pytest.mark.integration

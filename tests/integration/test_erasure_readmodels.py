@@ -22,12 +22,12 @@ from infra.postgres import Database, projector_database
 from infra.settings import Settings
 from projections.embeddings import EmbeddingProjection
 from projections.replay import build_indexes, catch_up, project_into, rebuild
-from services.commands import Erase
-from services.memory import Palimpsest
-from services.queries import Queries
-from services.readmodels import ReadModels
-from services.retrieval.retriever import Retriever
-from services.slicing import CardSlice, list_cards
+from services.command.commands import Erase
+from services.command.memory import Palimpsest
+from services.query.queries import Queries
+from services.query.readmodels import ReadModels
+from services.query.retrieval.retriever import Retriever
+from services.query.slicing import CardSlice, list_cards
 from tests.erasure_story import arbitrate, forget, person, tell
 from tests.support import new_tenant, state
 

@@ -1,4 +1,4 @@
-"""``services.failures``: parked events as one tenant's use cases (what the console's operations
+"""``services.command.failures``: parked events as one tenant's use cases (what the console's operations
 page calls). A tenant sees and handles only its own; listing needs ``memory:read``, retry and skip
 ``memory:admin``; a skip needs a reason; retry after the fix and skip do what ``palimpsest
 failures`` does."""
@@ -13,7 +13,7 @@ from domain.errors import InvalidCommandError, PermissionDeniedError
 from infra.postgres import projector_database
 from projections.failures import ParkedEventNotFoundError
 from projections.replay import catch_up
-from services.failures import parked_events, retry_parked, skip_parked
+from services.command.failures import parked_events, retry_parked, skip_parked
 from services.keys import Principal
 from tests.poison import handler_bug, write_world
 

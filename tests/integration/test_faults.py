@@ -24,7 +24,7 @@ from infra.postgres import admin_database, bootstrap, projector_database, runtim
 from infra.settings import Settings
 from projections.status import read_status
 from services.factory import create_app
-from services.readmodels import ReadModels
+from services.query.readmodels import ReadModels
 from tests.integration.faults import Stream, assert_applied_once, first_move, wait_projected
 from tests.support import new_tenant
 

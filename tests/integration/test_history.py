@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from projections.replay import catch_up
-from services.commands import Verify
+from services.command.commands import Verify
 from services.factory import create_queries
 from tests.support import new_tenant, state
 

@@ -22,7 +22,7 @@ from domain.slot import Slot
 from infra.llm import OpenAIChatModel
 from infra.relay import Relay
 from infra.settings import Settings
-from services.commands import IngestTurn
+from services.command.commands import IngestTurn
 from services.entrypoints.ingest import ingest_consumer
 from services.ingest.extraction import Extractor
 from services.ingest.worker import IngestWorker, turn_of

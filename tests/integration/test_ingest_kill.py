@@ -22,7 +22,7 @@ from uuid import uuid4
 from domain.event_card import EventCard
 from domain.ingestion import Ingestion
 from infra.relay import Relay
-from services.commands import IngestTurn
+from services.command.commands import IngestTurn
 from tests.fakes.openai_server import FakeOpenAIServer, Reply, fake_llm_fixture  # noqa: F401
 from tests.support import all_events, new_tenant
 

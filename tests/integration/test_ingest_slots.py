@@ -18,13 +18,13 @@ from infra.embedders import UniversalSentenceEmbedder
 from infra.llm import OpenAIChatModel
 from infra.settings import Settings
 from projections.replay import catch_up
-from services.commands import IngestTurn
+from services.command.commands import IngestTurn
 from services.ingest.admission import Admission
 from services.ingest.catalogue import KnownSlot, ReadModelCatalogue, Similarity
 from services.ingest.extraction import Extractor, Shown
 from services.ingest.resolution import Thresholds
 from services.ingest.worker import IngestWorker
-from services.readmodels import ReadModels
+from services.query.readmodels import ReadModels
 from tests.fakes.openai_server import FakeOpenAIServer, Reply, fake_llm_fixture  # noqa: F401
 from tests.integration.test_ingest import candidate, slot_cards
 from tests.support import new_tenant

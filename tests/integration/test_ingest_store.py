@@ -19,10 +19,10 @@ from domain.ingestion import Ingestion
 from infra.relay import INGEST_EVENTS, Relay, decode_messages
 from infra.settings import Settings
 from projections.replay import catch_up
-from services.commands import IngestResult, IngestTurn
+from services.command.commands import IngestResult, IngestTurn
+from services.command.memory import Palimpsest
 from services.factory import create_queries
-from services.memory import Palimpsest
-from services.queries import Queries
+from services.query.queries import Queries
 from tests.support import new_tenant, state
 
 pytestmark = pytest.mark.integration

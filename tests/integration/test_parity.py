@@ -26,8 +26,8 @@ from infra.postgres import Database
 from infra.settings import Settings
 from projections.replay import catch_up, make_projector
 from services.bootstrap import Services, build_services
-from services.commands import Remember
-from services.consolidation import Propose
+from services.command.commands import Remember
+from services.command.consolidation import Propose
 from services.entrypoints.api import create_api
 from services.entrypoints.mcp import mcp_http_app, tool_specs
 from services.entrypoints.serve import with_lifespan_of

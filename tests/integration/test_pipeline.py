@@ -24,7 +24,7 @@ from infra.settings import Settings
 from infra.supervision import BrokerKeeper
 from projections.replay import rebuild
 from services.factory import create_app
-from services.readmodels import ReadModels
+from services.query.readmodels import ReadModels
 from tests.integration.faults import Stream, assert_applied_once, first_move, wait_projected
 from tests.integration.test_projections import COMPARED, dump
 from tests.support import new_tenant, state

@@ -17,10 +17,10 @@ from infra.settings import Settings
 from projections.failures import ParkedEventNotFoundError, retry, skip
 from projections.replay import catch_up, decisions, project_into, rebuild
 from projections.status import parked, read_status
-from services.commands import Remember
+from services.command.commands import Remember
+from services.command.memory import Palimpsest
 from services.entrypoints.cli import cli
-from services.memory import Palimpsest
-from services.readmodels import ReadModels
+from services.query.readmodels import ReadModels
 from tests.poison import (
     MARK,
     failures,

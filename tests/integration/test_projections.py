@@ -45,9 +45,9 @@ from projections.replay import (
 )
 from projections.schema import in_share
 from projections.sinks import array_literal, range_literal
-from services.commands import Arbitrate, IngestTurn, Remember, Verify
-from services.memory import Palimpsest
-from services.readmodels import ReadModels
+from services.command.commands import Arbitrate, IngestTurn, Remember, Verify
+from services.command.memory import Palimpsest
+from services.query.readmodels import ReadModels
 from tests.integration.demo_support import demo_history
 from tests.support import new_tenant, state
 
@@ -501,7 +501,7 @@ def test_projector_type_is_exported() -> None:
 class TestReindexing:
     def test_a_rename_and_a_correction_reindex_the_card(self, app, projector, admin_db,
                                                          pg_settings) -> None:
-        from services.commands import CorrectEvent, Rename
+        from services.command.commands import CorrectEvent, Rename
 
         tenant = new_tenant()
         note = app.remember(tenant, Remember(kind="knowledge", memory_type="note",

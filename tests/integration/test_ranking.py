@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from infra.postgres import Database
 from infra.settings import Settings
 from projections.worker import project_log
-from services.commands import Remember
-from services.context import render
+from services.command.commands import Remember
 from services.factory import create_app, create_queries
-from services.queries import Queries
+from services.query.context import render
+from services.query.queries import Queries
 from tests.support import START, Clock, new_tenant, state
 
 pytestmark = pytest.mark.integration

@@ -31,9 +31,9 @@ from infra.relay import (
     log_head,
 )
 from infra.settings import Settings
-from services.commands import Verify
+from services.command.commands import Verify
+from services.command.memory import Palimpsest
 from services.factory import create_app
-from services.memory import Palimpsest
 from tests.support import new_tenant, state
 
 pytestmark = pytest.mark.integration

@@ -17,9 +17,9 @@ from domain.retention import Retention
 from infra.postgres import Database
 from infra.settings import Settings
 from projections.replay import catch_up
-from services.commands import IngestTurn, Remember
-from services.readmodels import ReadModels
-from services.retention import RetentionWorker, SetRetention
+from services.command.commands import IngestTurn, Remember
+from services.command.retention import RetentionWorker, SetRetention
+from services.query.readmodels import ReadModels
 from tests.support import new_tenant
 
 

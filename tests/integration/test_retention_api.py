@@ -22,8 +22,8 @@ from domain.retention import Retention
 from infra.postgres import Database
 from infra.settings import Settings
 from services.bootstrap import Services
+from services.command.retention import RetentionWorker
 from services.entrypoints.cli import cli
-from services.retention import RetentionWorker
 from tests.integration.api_support import client, new_tenant, ok, project, services
 from tests.integration.rest_server import ServedApi
 

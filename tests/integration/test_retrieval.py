@@ -19,12 +19,12 @@ from domain.errors import CardNotFoundError
 from infra.postgres import Database
 from infra.settings import Settings
 from projections.worker import project_log
-from services.commands import Link, Move, Remember
+from services.command.commands import Link, Move, Remember
 from services.factory import create_app, create_queries
-from services.queries import Queries
-from services.retrieval import retriever as retriever_module
-from services.retrieval.postprocess import pending_state
-from services.retrieval.query import Hits, PlainRoute
+from services.query.queries import Queries
+from services.query.retrieval import retriever as retriever_module
+from services.query.retrieval.postprocess import pending_state
+from services.query.retrieval.query import Hits, PlainRoute
 from tests.support import START, Clock, new_tenant, state
 
 pytestmark = pytest.mark.integration

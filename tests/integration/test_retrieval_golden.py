@@ -21,15 +21,15 @@ from psycopg import sql
 from infra.postgres import Database, vector_search_available
 from infra.settings import Settings
 from projections.worker import project_log
-from services.commands import Merge, WriteResult
+from services.command.commands import Merge, WriteResult
+from services.command.memory import Palimpsest
 from services.factory import create_app, create_queries
-from services.memory import Palimpsest
-from services.queries import Queries
-from services.retrieval import retriever as retriever_module
-from services.retrieval.query import RetrievalQuery, RouteContext
-from services.retrieval.results import RetrievalResult
-from services.retrieval.retriever import ROUTES
-from services.retrieval.semantic import SemanticRoute
+from services.query.queries import Queries
+from services.query.retrieval import retriever as retriever_module
+from services.query.retrieval.query import RetrievalQuery, RouteContext
+from services.query.retrieval.results import RetrievalResult
+from services.query.retrieval.retriever import ROUTES
+from services.query.retrieval.semantic import SemanticRoute
 from tests.integration.golden_corpus import (
     CORPUS,
     NOW,

@@ -14,9 +14,9 @@ import pytest
 from infra.postgres import Database
 from infra.settings import Settings
 from projections.worker import project_log
-from services.commands import IngestTurn
+from services.command.commands import IngestTurn
 from services.factory import create_app, create_queries
-from services.queries import Queries
+from services.query.queries import Queries
 from tests.support import START, Clock, new_tenant
 
 pytestmark = pytest.mark.integration

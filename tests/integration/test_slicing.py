@@ -20,10 +20,10 @@ from domain.errors import InvalidCommandError
 from infra.postgres import Database
 from infra.settings import Settings
 from projections.replay import catch_up, make_projector
-from services.commands import Link, Remember
+from services.command.commands import Link, Remember
 from services.factory import create_app
-from services.readmodels import ReadModels
-from services.slicing import AsOf, CardSlice, count_cards, list_cards
+from services.query.readmodels import ReadModels
+from services.query.slicing import AsOf, CardSlice, count_cards, list_cards
 from tests.support import Clock, new_tenant, state
 
 pytestmark = pytest.mark.integration

@@ -14,10 +14,10 @@ from domain.errors import StaleCardError
 from domain.slot import Slot
 from infra.postgres import EVENTS_TABLE, Database, bootstrap
 from infra.settings import Settings
-from services.application import utc_now
-from services.commands import Revise
+from services.command.application import utc_now
+from services.command.commands import Revise
+from services.command.memory import Palimpsest
 from services.factory import create_app
-from services.memory import Palimpsest
 from tests.scenarios import WriteSideScenarios
 from tests.support import Clock, new_tenant, state
 

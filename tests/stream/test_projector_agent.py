@@ -13,7 +13,7 @@ from infra.relay import encode_message, encode_messages
 from projections.faust_app import Outcome, create_faust_app
 from projections.replay import make_projector
 from services.factory import create_app
-from services.readmodels import ReadModels
+from services.query.readmodels import ReadModels
 from tests.support import Clock, new_tenant, state
 
 pytestmark = pytest.mark.integration

@@ -131,8 +131,8 @@ def test_the_operations_page_draws_dead_letters_and_parked_events() -> None:
 
     from markupsafe import Markup
 
+    from services.command.failures import ParkedEvent
     from services.console.web import templates
-    from services.failures import ParkedEvent
 
     now = datetime.now(UTC)
     who = SimpleNamespace(principal=SimpleNamespace(tenant_id="acme", key_id="key_1"), name="ops")

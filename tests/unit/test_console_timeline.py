@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 
 from services.console.timeline import BOTTOM, LEFT, MIN_SIDE, RIGHT, TOP, draw, fit
 from services.entrypoints.schemas import ArbitrationCase
-from services.queries import CardHistory, Version
+from services.query.queries import CardHistory, Version
 
 NOW = datetime(2026, 6, 1, 12, tzinfo=UTC)
 DAY = timedelta(days=1)

@@ -16,10 +16,10 @@ from domain.event_card import EventCard
 from domain.knowledge import KnowledgeCard
 from domain.slot import Slot
 from infra.settings import Settings
-from services.commands import Erase, Remember, WriteResult
+from services.command.commands import Erase, Remember, WriteResult
+from services.command.memory import Palimpsest
 from services.factory import create_app
 from services.ingest.commands import IngestTurn
-from services.memory import Palimpsest
 from tests.support import new_tenant, state
 
 
@@ -145,7 +145,7 @@ def test_an_erasure_missing_what_it_names_is_refused(app, fields) -> None:
 
 
 def test_an_erased_card_is_never_written_again(app) -> None:
-    from services.commands import CorrectEvent, Rename, Revise
+    from services.command.commands import CorrectEvent, Rename, Revise
 
     tenant = new_tenant()
     item = app.remember(tenant, state("hobbies", "chess", cardinality="multi_value"))

@@ -22,9 +22,9 @@ from projections.erasures import follow_erasures, vacuum_statement
 from projections.fold import Folded, fold
 from projections.ops import PutCard
 from projections.projector import Delivered, decode
-from services.commands import Erase
+from services.command.commands import Erase
+from services.command.memory import Palimpsest
 from services.factory import create_app
-from services.memory import Palimpsest
 from tests.erasure_story import Person, arbitrate, forget, person, tell
 from tests.support import Clock, new_tenant, state
 

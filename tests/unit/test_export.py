@@ -18,8 +18,8 @@ from domain.errors import PermissionDeniedError
 from services.entrypoints.cli import cli
 from services.entrypoints.erasure_ops import ForgetInput, forget_scope
 from services.entrypoints.operations import OPERATIONS
-from services.export import PERSONAL, encode, line, ndjson
 from services.keys import Principal, check_scopes, require
+from services.query.export import PERSONAL, encode, line, ndjson
 
 AT = datetime(2026, 6, 1, 9, tzinfo=UTC)
 CARD, SLOT, OTHER = uuid4(), uuid4(), uuid4()
@@ -106,9 +106,9 @@ def test_a_tenant_wide_erasure_needs_memory_erase_and_a_unit_the_write_scope() -
 
 
 def test_a_forgotten_card_leaves_the_overlay() -> None:
-    from services.commands import WriteResult
-    from services.pending import PendingWrites
-    from services.retrieval.postprocess import PendingWrite
+    from services.command.commands import WriteResult
+    from services.query.pending import PendingWrites
+    from services.query.retrieval.postprocess import PendingWrite
 
     pending = PendingWrites()
     kept, gone = (_pending(PendingWrite, card) for card in (uuid4(), uuid4()))

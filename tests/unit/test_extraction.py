@@ -13,7 +13,7 @@ import pytest
 
 from infra.llm import OpenAIChatModel, create_chat_model
 from infra.settings import Settings
-from services.commands import Remember
+from services.command.commands import Remember
 from services.factory import create_app
 from services.ingest.extraction import (
     Extraction,

@@ -1,4 +1,4 @@
-"""Group commit (``services.commit``): concurrent commands share one transaction of the store, each
+"""Group commit (``services.command.commit``): concurrent commands share one transaction of the store, each
 gets its own recordings and position, and a race lost inside a batch reaches only its command."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 
 from domain.slot import Slot
 from infra.settings import Settings
-from services.application import utc_now
+from services.command.application import utc_now
+from services.command.memory import Palimpsest
 from services.factory import create_app
-from services.memory import Palimpsest
 from tests.support import all_events, new_tenant, state
 
 

@@ -30,10 +30,10 @@ from infra.settings import Settings
 from projections.cards import operations
 from projections.ops import RECORDS
 from projections.sinks import MemorySink
-from services.commands import IngestTurn
+from services.command.commands import IngestTurn
+from services.command.memory import Palimpsest
 from services.factory import create_app
 from services.ingest.commands import MAX_ERROR_CHARS, event_card_id
-from services.memory import Palimpsest
 from tests.support import Clock, all_events, new_tenant, stored_count
 
 TAIPEI = timezone(timedelta(hours=8))

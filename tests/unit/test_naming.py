@@ -1,13 +1,19 @@
 """Slot-aware answers, the pure part: which slots a question names, surely or only partly, and
-which of them lead (``services.retrieval.naming.name_slots``); the lexicon's concepts."""
+which of them lead (``services.query.retrieval.naming.name_slots``); the lexicon's concepts."""
 
 from uuid import uuid4
 
 import pytest
 
 from infra.settings import RetrievalSettings
-from services.retrieval.lexicon import concepts_named, concepts_of_label
-from services.retrieval.naming import SlotEntry, asked_strengths, label_question, label_words, name_slots
+from services.query.retrieval.lexicon import concepts_named, concepts_of_label
+from services.query.retrieval.naming import (
+    SlotEntry,
+    asked_strengths,
+    label_question,
+    label_words,
+    name_slots,
+)
 
 SETTINGS = RetrievalSettings()
 

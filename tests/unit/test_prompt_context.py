@@ -6,8 +6,8 @@ from typing import Any
 from uuid import UUID
 from zoneinfo import ZoneInfo
 
-from services.context import render
-from services.retrieval.results import (
+from services.query.context import render
+from services.query.retrieval.results import (
     Alerts,
     ArbitrationAlert,
     ContradictionAlert,

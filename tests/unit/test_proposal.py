@@ -22,9 +22,9 @@ from domain.proposal import Proposal, ReviewDecision
 from infra.settings import Settings
 from projections.cards import project
 from projections.ops import ChangeRecord, PutRecord
-from services.commands import Remember, ReviewProposal
-from services.consolidation import Consolidator, Propose
-from services.consolidation_rules import find_candidates, near_pairs, negated, same_words
+from services.command.commands import Remember, ReviewProposal
+from services.command.consolidation import Consolidator, Propose
+from services.command.consolidation_rules import find_candidates, near_pairs, negated, same_words
 from services.factory import create_app
 from tests.support import Clock, new_tenant, stored_count
 

@@ -11,8 +11,8 @@ import pytest
 
 from domain.errors import InvalidTextError
 from infra.settings import Settings
-from services.queries import Queries
-from services.retrieval.query import RetrievalQuery
+from services.query.queries import Queries
+from services.query.retrieval.query import RetrievalQuery
 
 NOW = datetime(2026, 11, 1, 12, tzinfo=UTC)
 BAD = {"nul": "A\x00B", "surrogate": "A\ud800", "escape": "\x1b[2J", "c1": "A\x9b"}

@@ -7,9 +7,9 @@ import pytest
 from domain.errors import InvalidCommandError
 from domain.retention import Retention
 from infra.settings import Settings
+from services.command.memory import Palimpsest
+from services.command.retention import SetRetention
 from services.factory import create_app
-from services.memory import Palimpsest
-from services.retention import SetRetention
 from tests.support import new_tenant
 
 

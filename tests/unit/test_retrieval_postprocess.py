@@ -8,8 +8,8 @@ from uuid import UUID
 
 import pytest
 
-from services.retrieval.postprocess import PendingWrite, Tuning, overlay, process, slot_key, type_key
-from services.retrieval.scoring import Candidate, Contradiction, DecayPolicy, Ranking
+from services.query.retrieval.postprocess import PendingWrite, Tuning, overlay, process, slot_key, type_key
+from services.query.retrieval.scoring import Candidate, Contradiction, DecayPolicy, Ranking
 
 NOW = datetime(2026, 11, 1, 12, tzinfo=UTC)
 A, B, C, D, E, F = (UUID(int=n) for n in range(1, 7))

@@ -7,10 +7,10 @@ from uuid import UUID
 
 import pytest
 
-from services.retrieval.postprocess import Tuning, process
-from services.retrieval.present import ConversationPrior, asks_about_now, latest_first, on_the_matter
-from services.retrieval.query import RetrievalQuery
-from services.retrieval.scoring import Candidate, Ranking
+from services.query.retrieval.postprocess import Tuning, process
+from services.query.retrieval.present import ConversationPrior, asks_about_now, latest_first, on_the_matter
+from services.query.retrieval.query import RetrievalQuery
+from services.query.retrieval.scoring import Candidate, Ranking
 
 NOW = datetime(2026, 6, 15, 18, tzinfo=UTC)  # a Monday
 OLD, NEW, CHAT, STATE = (UUID(int=n) for n in range(1, 5))

@@ -9,8 +9,8 @@ from pydantic import ValidationError
 
 from domain.errors import InvalidCommandError
 from infra.settings import Settings
-from services.retrieval.query import MAX_QUERY_CHARS, RetrievalQuery, parameters, visible
-from services.retrieval.retriever import Retriever
+from services.query.retrieval.query import MAX_QUERY_CHARS, RetrievalQuery, parameters, visible
+from services.query.retrieval.retriever import Retriever
 
 NOW = datetime(2026, 11, 1, 12, tzinfo=UTC)
 VALID = NOW - timedelta(days=60)

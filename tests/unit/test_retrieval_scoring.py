@@ -8,8 +8,8 @@ from uuid import UUID
 
 import pytest
 
-from services.retrieval.breaker import Breakers, RouteBreaker, machine_load, nearest_rank
-from services.retrieval.scoring import (
+from services.query.retrieval.breaker import Breakers, RouteBreaker, machine_load, nearest_rank
+from services.query.retrieval.scoring import (
     Candidate,
     Contradiction,
     DecayPolicy,

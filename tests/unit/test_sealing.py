@@ -20,10 +20,10 @@ from domain.slot import Slot
 from infra.keyring import Unit
 from infra.sealing import PLAN, SEALED
 from infra.settings import Settings
-from services.commands import Remember, WriteResult
+from services.command.commands import Remember, WriteResult
+from services.command.memory import Palimpsest
 from services.factory import create_app
 from services.ingest.commands import IngestTurn
-from services.memory import Palimpsest
 from tests.support import new_tenant, state
 
 CANARY = "Zanzibar-canary-7f3a"

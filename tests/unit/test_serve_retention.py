@@ -12,8 +12,8 @@ from typing import Any
 
 from infra.settings import Settings
 from infra.supervision import Shutdown
+from services.command.retention import Policy
 from services.entrypoints.serve import STOP_DEADLINE, Service
-from services.retention import Policy
 
 
 class App:
@@ -91,7 +91,7 @@ def test_the_worker_has_the_settings_and_the_servers_services(monkeypatch: Any) 
         def stop(self, timeout: float) -> None:
             made["stopped"] = timeout
 
-    monkeypatch.setattr("services.retention.RetentionWorker", Worker)
+    monkeypatch.setattr("services.command.retention.RetentionWorker", Worker)
     service, app, read = _service(interval=42.0)
     service._start_retention()
     service.close()

@@ -13,9 +13,9 @@ from psycopg import sql
 from domain.errors import InvalidCommandError, InvalidKindError, InvalidTextError, InvalidTimeError
 from projections.predicates import CURRENT, VERSION_AS_OF
 from projections.slicing_sql import FILTERS, GROUP_KEYS, counting, listing
-from services.readmodels import CardRecord
-from services.slicing import CardSlice, decode_cursor, encode_cursor, plan
-from services.timeexpr import AmbiguousTimeError
+from services.query.readmodels import CardRecord
+from services.query.slicing import CardSlice, decode_cursor, encode_cursor, plan
+from services.query.timeexpr import AmbiguousTimeError
 
 NOW = datetime(2026, 6, 15, 12, tzinfo=UTC)
 SCHEMA = sql.Identifier("palimpsest_read")

@@ -2,7 +2,7 @@
 lists, or one the dev split uses; every kind is asked in both of its languages."""
 
 from projections.text import fold
-from services.retrieval.lexicon import CONCEPTS
+from services.query.retrieval.lexicon import CONCEPTS
 from tests.benchmarks.aging import personas, testsplit
 
 

@@ -1,4 +1,4 @@
-"""Time expressions in queries → absolute ranges (services.timeexpr, DESIGN §2 rule 9).
+"""Time expressions in queries → absolute ranges (services.query.timeexpr, DESIGN §2 rule 9).
 
 Every expected range below was worked out by hand from a calendar, not produced by the code.
 """
@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from domain.errors import InvalidCommandError
-from services.timeexpr import AmbiguousTimeError, TimeRange, find_ranges, resolve
+from services.query.timeexpr import AmbiguousTimeError, TimeRange, find_ranges, resolve
 
 TAIPEI = ZoneInfo("Asia/Taipei")
 NEW_YORK = ZoneInfo("America/New_York")

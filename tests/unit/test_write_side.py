@@ -7,7 +7,7 @@ import pytest
 
 from domain.slot import Slot
 from infra.settings import Settings
-from services.application import utc_now
+from services.command.application import utc_now
 from services.factory import create_app
 from tests.scenarios import WriteSideScenarios
 from tests.support import new_tenant, state

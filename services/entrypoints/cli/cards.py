@@ -1,5 +1,5 @@
 """``palimpsest cards``: the key's tenant's cards listed or counted along the six axes
-(``services.slicing``), over a running server (``GET /v1/cards``, ``/v1/cards/count``) like the
+(``services.query.slicing``), over a running server (``GET /v1/cards``, ``/v1/cards/count``) like the
 other read commands: ``--url``, ``--key``, ``--json``, the errors and exit codes of
 :mod:`services.entrypoints.cli.remote`.
 

@@ -93,7 +93,7 @@ def _local_erase(tenant: str, fields: dict[str, Any], by: str, as_json: bool,
     from pydantic import ValidationError
 
     from domain.errors import PalimpsestError
-    from services.commands import Erase
+    from services.command.commands import Erase
     from services.entrypoints.errors import answer
     from services.factory import create_app
 
@@ -196,7 +196,7 @@ def export(subject: str = typer.Option(None, "--subject", help="Only this subjec
 def _local_lines(stack: ExitStack, tenant: str, subject: str | None, as_json: bool,
                  data_dir: Path | None) -> Iterator[dict[str, Any]]:
     """The lines from this machine's read models, open until ``stack`` closes."""
-    from services.export import cards
+    from services.query.export import cards
 
     settings = local.settings(data_dir, as_json=as_json)
     with stdout_to_stderr():
@@ -205,7 +205,7 @@ def _local_lines(stack: ExitStack, tenant: str, subject: str | None, as_json: bo
 
 
 def _local_encode() -> Callable[[Mapping[str, Any]], str]:
-    from services.export import encode
+    from services.query.export import encode
 
     return encode
 

@@ -76,7 +76,7 @@ def read_models(settings: Settings, as_json: bool) -> Iterator[Any]:
     from domain.errors import PalimpsestError
     from infra.postgres import admin_database, bootstrap, runtime_database
     from services.entrypoints.errors import answer
-    from services.readmodels import ReadModels
+    from services.query.readmodels import ReadModels
 
     try:
         admin = admin_database(settings)

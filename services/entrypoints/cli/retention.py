@@ -128,7 +128,7 @@ def set_policy(days: int = typer.Option(None, "--days", min=1, show_default=Fals
 
 
 def _set_locally(app: Any, tenant: str, fields: dict[str, Any], by: str) -> dict[str, Any]:
-    from services.retention import SetRetention
+    from services.command.retention import SetRetention
 
     result = app.set_retention(tenant, SetRetention(**fields, set_by=by))
     return {"turn_days": fields["turn_days"], "extracted": fields["extracted"],
@@ -153,7 +153,7 @@ def apply(tenant: str = typer.Option(..., "--tenant", help="The tenant whose pol
 
 
 def _apply(app: Any, read: Any, settings: Any, tenant: str) -> dict[str, Any]:
-    from services.retention import RetentionWorker
+    from services.command.retention import RetentionWorker
 
     worker = RetentionWorker(app, read, interval=settings.retention_interval_seconds,
                              batch=settings.retention_batch)

@@ -17,7 +17,7 @@ a pgvector top-k and a BM25 baseline over every statement ever written) answers 
 (:mod:`questions`), scored by :mod:`metrics` and reported by :mod:`report`.
 
 Two splits are asked side by side. **dev**: the material above, which the retrieval lexicon
-(``services/retrieval/lexicon.py``) was written against. **test** (:mod:`testsplit`, drawn by
+(``services/query/retrieval/lexicon.py``) was written against. **test** (:mod:`testsplit`, drawn by
 :mod:`testcorpus`): two more tenants, English and Traditional Chinese, whose labels, values,
 people (a sister, a landlord, friends by name) and question templates the lexicon was not written
 from, frozen. ``--without-lexicon`` asks Palimpsest again with the lexicon off; the run uses the

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from services.commands import Remember
+from services.command.commands import Remember
 from tests.benchmarks.aging import histories, personas
 from tests.benchmarks.aging.histories import Calendar, Draw, Op, Picker
 from tests.benchmarks.aging.material import (

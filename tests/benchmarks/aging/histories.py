@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from services.commands import Remember
+from services.command.commands import Remember
 from tests.benchmarks.aging.records import SlotKey, Statement, slot_key
 from tests.benchmarks.aging.truth import Case, EventTruth, SlotTruth
 

@@ -174,7 +174,7 @@ TEMPORAL = {
     "zh-Hant": ("{who}{expr}做了什麼？", "{expr}{who}去了哪裡、做了什麼？", "幫我回想{who}{expr}做的事"),
     "zh-Hans": ("{who}{expr}做了什么？", "{expr}{who}去了哪里、做了什么？", "帮我回想{who}{expr}做的事"),
 }
-#: key → the expression per language (all resolved by services.timeexpr against the checkpoint).
+#: key → the expression per language (all resolved by services.query.timeexpr against the checkpoint).
 EXPRESSIONS = {
     "today": {"en": "today", "zh-Hant": "今天", "zh-Hans": "今天"},
     "yesterday": {"en": "yesterday", "zh-Hant": "昨天", "zh-Hans": "昨天"},

@@ -18,9 +18,9 @@ from infra.embedders import create_embedder
 from infra.postgres import Database, vector_search_available
 from infra.settings import RetrievalSettings, Settings
 from projections.worker import project_log
-from services.commands import Arbitrate, Move, WriteResult
+from services.command.commands import Arbitrate, Move, WriteResult
+from services.command.memory import Palimpsest
 from services.factory import create_app
-from services.memory import Palimpsest
 from tests.benchmarks.aging import report
 from tests.benchmarks.aging.generator import Corpus
 from tests.benchmarks.aging.histories import Op

@@ -25,7 +25,7 @@ from infra.postgres import Database
 from infra.settings import Settings
 from projections.text import terms
 from services.factory import create_queries
-from services.retrieval.results import RetrievalResult
+from services.query.retrieval.results import RetrievalResult
 from tests.benchmarks.aging.records import Answer, Item, Question, RefMap, SlotKey, Statement, slot_key
 
 

@@ -1,5 +1,5 @@
 """The test split, frozen: slot kinds, labels, values, people and question templates in English and
-Traditional Chinese that the retrieval lexicon (``services/retrieval/lexicon.py``) was not written
+Traditional Chinese that the retrieval lexicon (``services/query/retrieval/lexicon.py``) was not written
 from. Most of its kinds are ones no concept of the lexicon covers (a pharmacy, a ferry, a locker
 code, 鋼琴老師, 常喝的茶); its people are the user and the people around them (a sister, a
 landlord, a colleague, friends by name).

@@ -28,8 +28,8 @@ from domain.rules.tags import normalise_tags
 from domain.rules.validation import check_aware, check_content, check_not_future
 from domain.slot import Outcome, Slot, WriteOutcome
 from domain.values import Cardinality, CardKind, Edge, MemoryType, Scope, parse_kind
-from services.application import BaseApplication
-from services.commands import (
+from services.command.application import BaseApplication
+from services.command.commands import (
     Arbitrate,
     CorrectEvent,
     Link,
@@ -41,10 +41,10 @@ from services.commands import (
     Verify,
     WriteResult,
 )
-from services.consolidation import ProposalCommands
-from services.erasure import ErasureCommands
+from services.command.consolidation import ProposalCommands
+from services.command.erasure import ErasureCommands
+from services.command.retention import RetentionCommands
 from services.ingest.commands import IngestCommands
-from services.retention import RetentionCommands
 
 
 def _result(outcome: WriteOutcome, slot: Slot) -> WriteResult:

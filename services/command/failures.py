@@ -23,8 +23,8 @@ from projections.failures import ParkedEventNotFoundError, Retried, retry, skip
 from projections.projector import Projector
 from projections.replay import make_projector
 from projections.status import parked
+from services.command.memory import Palimpsest
 from services.keys import Principal, require
-from services.memory import Palimpsest
 
 READ, ADMIN = "memory:read", "memory:admin"
 

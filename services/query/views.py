@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from domain.arbitration import ArbitrationCase
 from domain.cards import StateCard
 from domain.slot import Slot
-from services.application import BaseApplication
+from services.command.application import BaseApplication
 
 
 class CardView(BaseModel):

@@ -16,8 +16,8 @@ from typing import Any
 from uuid import UUID
 
 from domain.rules.cardinality import decide_cardinality
-from services.retrieval.present import ConversationPrior, latest_first
-from services.retrieval.scoring import (
+from services.query.retrieval.present import ConversationPrior, latest_first
+from services.query.retrieval.scoring import (
     Candidate,
     Contradiction,
     DecayPolicy,
@@ -104,7 +104,7 @@ def overlay(candidates: Mapping[UUID, Candidate], scores: Mapping[UUID, float],
     """Read-your-own-writes: a single-value state not yet projected marks the cards of its slot as
     superseded and takes the best score among them; another pending write joins the candidates
     when the caller scored it (``scores``: the question named its slot or shares its words, see
-    :func:`services.retrieval.retriever.fresh_scores`). Returns the new candidates, scores, and a
+    :func:`services.query.retrieval.retriever.fresh_scores`). Returns the new candidates, scores, and a
     note per card touched."""
     cards, fused, notes = dict(candidates), dict(scores), {}
     for write in sorted(pending, key=lambda w: w.position):

@@ -20,8 +20,8 @@ from psycopg import sql
 
 from domain.errors import InvalidCommandError
 from projections.text import query_terms
-from services.retrieval.lexicon import BY_WORD, EXAMPLES, types_named
-from services.retrieval.naming import (
+from services.query.retrieval.lexicon import BY_WORD, EXAMPLES, types_named
+from services.query.retrieval.naming import (
     SlotEntry,
     Slots,
     example_concepts,
@@ -29,9 +29,9 @@ from services.retrieval.naming import (
     label_text,
     name_slots,
 )
-from services.retrieval.postprocess import LeadKey, type_key
-from services.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters, scope_of
-from services.retrieval.scoring import Ranking
+from services.query.retrieval.postprocess import LeadKey, type_key
+from services.query.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters, scope_of
+from services.query.retrieval.scoring import Ranking
 
 _CATALOGUE = """SELECT slot_id, scope, project_id, group_id, subject, label, cardinality
 FROM {s}.slots s WHERE s.erased_at IS NULL AND s.subject IS NOT NULL AND s.label IS NOT NULL

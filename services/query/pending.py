@@ -8,8 +8,8 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from uuid import UUID
 
-from services.commands import WriteResult
-from services.retrieval.postprocess import PendingWrite
+from services.command.commands import WriteResult
+from services.query.retrieval.postprocess import PendingWrite
 
 
 class PendingWrites:

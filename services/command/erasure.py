@@ -24,12 +24,12 @@ from domain.errors import CardNotFoundError, InvalidCommandError
 from domain.rules.cardinality import normalise_label
 from domain.slot import Slot
 from infra.keyring import Found, KeyRing
-from services.application import BaseApplication
-from services.commands import Erase, ErasureResult, WriteResult
+from services.command.application import BaseApplication
+from services.command.commands import Erase, ErasureResult, WriteResult
 
 
 class ErasureCommands(BaseApplication):
-    """The erasure use case, mixed into :class:`services.memory.Palimpsest`."""
+    """The erasure use case, mixed into :class:`services.command.memory.Palimpsest`."""
 
     def erase(self, tenant_id: str, command: Erase) -> ErasureResult:
         ring = self._ring()

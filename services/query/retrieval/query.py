@@ -19,8 +19,8 @@ from domain.errors import InvalidCommandError
 from domain.rules.validation import check_fields
 from infra.settings import RetrievalSettings
 from projections import predicates
-from services.retrieval.scoring import Ranking
-from services.timeexpr import TimeRange, find_ranges, without_times
+from services.query.retrieval.scoring import Ranking
+from services.query.timeexpr import TimeRange, find_ranges, without_times
 
 MAX_QUERY_CHARS = 2_000
 

@@ -24,16 +24,16 @@ from infra.embedders import Embedder, model_loaded
 from infra.settings import RetrievalSettings
 from projections.text import loaded as text_loaded
 from projections.text import query_terms, warm_up
-from services.readmodels import ReadModels
-from services.retrieval.breaker import Breakers, machine_load
-from services.retrieval.candidates import alert_partners, load_arbitrations, load_candidates
-from services.retrieval.fuzzy import FuzzyRoute
-from services.retrieval.graph import GraphRoute
-from services.retrieval.nearest import NearestRoute
-from services.retrieval.postprocess import Outcome, PendingWrite, Tuning, process, slot_key
-from services.retrieval.present import ConversationPrior, asks_about_now
-from services.retrieval.query import GENERIC_PLANS, Hits, RetrievalQuery, Route, RouteContext
-from services.retrieval.results import (
+from services.query.readmodels import ReadModels
+from services.query.retrieval.breaker import Breakers, machine_load
+from services.query.retrieval.candidates import alert_partners, load_arbitrations, load_candidates
+from services.query.retrieval.fuzzy import FuzzyRoute
+from services.query.retrieval.graph import GraphRoute
+from services.query.retrieval.nearest import NearestRoute
+from services.query.retrieval.postprocess import Outcome, PendingWrite, Tuning, process, slot_key
+from services.query.retrieval.present import ConversationPrior, asks_about_now
+from services.query.retrieval.query import GENERIC_PLANS, Hits, RetrievalQuery, Route, RouteContext
+from services.query.retrieval.results import (
     Alerts,
     ContradictionAlert,
     Diagnostics,
@@ -42,11 +42,11 @@ from services.retrieval.results import (
     RetrievedCard,
     RouteReport,
 )
-from services.retrieval.scoring import Candidate, DecayPolicy, ScopeBoost, by_score, rrf
-from services.retrieval.semantic import SemanticRoute
-from services.retrieval.slots import SlotFinder, SlotHits
-from services.retrieval.tags import TagsRoute
-from services.retrieval.temporal import TemporalRoute
+from services.query.retrieval.scoring import Candidate, DecayPolicy, ScopeBoost, by_score, rrf
+from services.query.retrieval.semantic import SemanticRoute
+from services.query.retrieval.slots import SlotFinder, SlotHits
+from services.query.retrieval.tags import TagsRoute
+from services.query.retrieval.temporal import TemporalRoute
 
 log = logging.getLogger(__name__)
 

@@ -21,12 +21,12 @@ from domain.rules.commitments import UNRESOLVED, reads_as
 from domain.rules.validation import check_text
 from infra.settings import Settings
 from projections import predicates
-from services.application import Clock
-from services.readmodels import KNOWN_BOUNDS, IngestionRecord, ProposalRecord, ReadModels
-from services.retrieval.postprocess import PendingWrite
-from services.retrieval.query import RetrievalQuery
-from services.retrieval.results import RetrievalResult
-from services.retrieval.retriever import Retriever
+from services.command.application import Clock
+from services.query.readmodels import KNOWN_BOUNDS, IngestionRecord, ProposalRecord, ReadModels
+from services.query.retrieval.postprocess import PendingWrite
+from services.query.retrieval.query import RetrievalQuery
+from services.query.retrieval.results import RetrievalResult
+from services.query.retrieval.retriever import Retriever
 
 #: The most ingested turns one listing returns.
 MAX_INGESTIONS = 1_000

@@ -9,7 +9,7 @@ phrase claims its words: "what does she do for a living" asks about work, not wh
 Only words that mean little else are listed (not 家 or "like"); a tenant's own label is matched to
 a concept when it is one of the concept's labels or made only of the concept's words, and a
 question that names no concept may still name a label by its own words or its embedding
-(``services.retrieval.slots``).
+(``services.query.retrieval.slots``).
 
 Entries are general: the labels and wordings people commonly use, never one only a benchmark
 uses. The read path can do without them (``PALIMPSEST_RETRIEVAL__LEXICON=false``); what they buy
@@ -38,7 +38,7 @@ class Concept:
 
 #: Questions that ask about each concept, in both languages: a question worded like none of the
 #: words and phrases above is still matched to the concept whose examples its embedding is
-#: closest to (``services.retrieval.slots``), for wordings no list can hold.
+#: closest to (``services.query.retrieval.slots``), for wordings no list can hold.
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "residence": (
         "what city is he based in",

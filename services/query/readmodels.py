@@ -232,7 +232,7 @@ class ReadModels:
                                  stale_by=max(position - projected, 0))
             time.sleep(poll)
 
-    # ---- consolidation (services.consolidation) ---------------------------------------------
+    # ---- consolidation (services.command.consolidation) ---------------------------------------------
 
     def consolidation_rows(self, tenant_id: str, max_cards: int) -> dict[str, list[dict[str, Any]]]:
         """What a consolidation scan of the tenant decides on, read in one transaction

@@ -1,5 +1,5 @@
 """What a consolidation scan proposes: pure decisions over the rows one scan read
-(:meth:`services.readmodels.ReadModels.consolidation_rows`), tested without a database.
+(:meth:`services.query.readmodels.ReadModels.consolidation_rows`), tested without a database.
 
 - **duplicates**: knowledge cards with near-identical embeddings → ``merge`` the newer into the
   older; a knowledge card near-identical to a slot's value → ``related_to`` the slot; two items of
@@ -31,8 +31,8 @@ import numpy as np
 from domain.cards import same_value
 from domain.proposal import ProposalEdge, ProposalKind
 from projections.text import fold
-from services.retrieval.lexicon import concepts_of_label
-from services.retrieval.naming import label_words
+from services.query.retrieval.lexicon import concepts_of_label
+from services.query.retrieval.naming import label_words
 
 #: A row of the read models (a card, or a pair of card ids).
 Row = Mapping[str, Any]

@@ -15,7 +15,7 @@ DESIGN rule 5 (:class:`ConversationPrior`):
 
 A question asks about now (:func:`asks_about_now`) when it is not asked as of a moment and names
 no earlier time: no range that ends before the asked moment (April, 上個月, yesterday), no vague
-past (之前, "a while ago": ``services.timeexpr`` refuses those as ambiguous) and none of the
+past (之前, "a while ago": ``services.query.timeexpr`` refuses those as ambiguous) and none of the
 words that point before now (:data:`EARLIER`: before, used to, 以前, 原本 …). Only the vague
 words for the recent past up to now (最近, 這幾天, recently, lately) keep it about now. A question
 that names the past, or is asked as of a past moment, is ranked as before.
@@ -31,9 +31,9 @@ from datetime import datetime
 from uuid import UUID
 
 from projections.text import fold
-from services.retrieval.query import RetrievalQuery
-from services.retrieval.scoring import Candidate, Rankings, as_ranking
-from services.timeexpr import AmbiguousTimeError
+from services.query.retrieval.query import RetrievalQuery
+from services.query.retrieval.scoring import Candidate, Rankings, as_ranking
+from services.query.timeexpr import AmbiguousTimeError
 
 #: The routes that judge a card by the question's own words or meaning (not by time or a walk).
 MATTER_ROUTES = ("semantic", "tags", "fuzzy")
@@ -43,7 +43,7 @@ EARLIER = re.compile(
     r"\b(?:before|previously|formerly|originally|used to|did \w+ use to|at first|in the past|back then"
     r"|earlier)\b"
     r"|以前|先前|原本|本来|原来|曾经|过去|当初|起初|一开始|从前")
-#: Vague times ``services.timeexpr`` refuses that run up to now: they ask about the present.
+#: Vague times ``services.query.timeexpr`` refuses that run up to now: they ask about the present.
 RECENT = re.compile(r"最近|這幾天|这几天|recently|lately", re.IGNORECASE)
 
 

@@ -33,8 +33,8 @@ from domain.rules.tags import normalise_tag
 from domain.rules.validation import check_aware, check_fields
 from domain.values import CardKind, Edge, MemoryType, ScopeKind, Source
 from projections.slicing_sql import GROUP_KEYS, counting, listing
-from services.readmodels import CardRecord, Freshness, ReadModels
-from services.timeexpr import AmbiguousTimeError, TimeRange, resolve
+from services.query.readmodels import CardRecord, Freshness, ReadModels
+from services.query.timeexpr import AmbiguousTimeError, TimeRange, resolve
 
 MAX_LIMIT = 500
 

@@ -28,7 +28,7 @@ from psycopg import sql
 
 from domain.rules.validation import check_text
 from projections.predicates import CURRENT
-from services.readmodels import KNOWN_BOUNDS, ReadModels
+from services.query.readmodels import KNOWN_BOUNDS, ReadModels
 
 MEDIA_TYPE = "application/x-ndjson"
 #: Rows fetched from the server-side cursor at a time, and lines per chunk sent.

@@ -16,7 +16,7 @@ from uuid import UUID
 import psycopg
 from psycopg import sql
 
-from services.retrieval.query import Hits, PlainRoute, RetrievalQuery, RouteContext, parameters
+from services.query.retrieval.query import Hits, PlainRoute, RetrievalQuery, RouteContext, parameters
 
 #: Events newest first straight from the occurred_at index, so a busy month costs no more than
 #: the rows returned; states and knowledge only when the events leave room.

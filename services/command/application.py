@@ -4,7 +4,7 @@ Every command runs through :meth:`Palimpsest._execute`, which gives it four prop
 is checked before anything is computed (DESIGN §4), idempotency by client request id (a receipt
 saved with the command's events), turns on contended aggregates — it saves holding the locks of
 the stored aggregates it changes, so writers hammering one slot take turns instead of losing
-races (``services.locks``, decision 0006), and still reloads and decides again when it loses one —
+races (``services.command.locks``, decision 0006), and still reloads and decides again when it loses one —
 and store failures reported as retryable errors.
 """
 
@@ -44,9 +44,9 @@ from domain.values import check_tenant
 from infra.keyring import KeyRing
 from infra.sealing import SealedEventStore, sealing_mapper
 from infra.transcodings import register_domain_transcodings
-from services.commands import Command, WriteResult
-from services.commit import GroupCommit
-from services.locks import LocalLocks, PostgresLocks, Turn
+from services.command.commands import Command, WriteResult
+from services.command.commit import GroupCommit
+from services.command.locks import LocalLocks, PostgresLocks, Turn
 
 Clock = Callable[[], datetime]
 A = TypeVar("A", bound=TenantAggregate)
@@ -62,13 +62,13 @@ class BaseApplication(Application[UUID]):
     """Loading by tenant, saving with receipts and retries; the commands live in subclasses.
 
     ``conflict_lock``: a command saves holding the locks of the stored aggregates it changes
-    (``services.locks``), so writers of one slot take turns; ``conflict_retries``: how often it
+    (``services.command.locks``), so writers of one slot take turns; ``conflict_retries``: how often it
     reloads and decides again after losing a race all the same (a slot two writers open at once;
     a lock not had in time); ``conflict_backoff``: the longest pause before such a retry, in
     seconds (a random share of it, 5 ms doubling per retry up to it; 0 = none);
     ``lock_connections``: how many PostgreSQL lock sessions one process may hold at once;
     ``group_commit``: the decisions of concurrent commands are saved in one transaction
-    (``services.commit``)."""
+    (``services.command.commit``)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         # Every subclass shares one event store (``palimpsest_events``), whatever its class name.

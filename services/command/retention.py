@@ -5,7 +5,7 @@ turns ingest stores for ``turn_days`` days (None: always, the default), and with
 cards extraction made of them go too. :class:`RetentionWorker`, a thread of ``palimpsest serve``,
 applies every tenant's policy each ``retention_interval_seconds``: the turns said before the
 cut-off whose event card is not yet erased (read from the read models) are erased one by one
-(``services.erasure``, basis ``retention``, a request id per turn, so a run cut short and run
+(``services.command.erasure``, basis ``retention``, a request id per turn, so a run cut short and run
 again erases nothing twice), then the run is recorded (``Retention.Applied``). A run with nothing
 to erase records nothing. One tenant's failure never stops the others'.
 """
@@ -25,8 +25,8 @@ from psycopg import sql
 from pydantic import Field
 
 from domain.retention import Retention, check_turn_days
-from services.application import BaseApplication
-from services.commands import Command, Erase, WriteResult
+from services.command.application import BaseApplication
+from services.command.commands import Command, Erase, WriteResult
 from services.periodic import Periodic
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class Policy:
 
 
 class RetentionCommands(BaseApplication):
-    """The retention use cases, mixed into :class:`services.memory.Palimpsest`."""
+    """The retention use cases, mixed into :class:`services.command.memory.Palimpsest`."""
 
     def set_retention(self, tenant_id: str, command: SetRetention) -> WriteResult:
         days = check_turn_days(command.turn_days)

@@ -25,7 +25,7 @@ from psycopg import sql
 
 from infra.embedders import Embedder
 from infra.settings import RetrievalSettings
-from services.retrieval.query import Hits, PlainRoute, RetrievalQuery, RouteContext, parameters
+from services.query.retrieval.query import Hits, PlainRoute, RetrievalQuery, RouteContext, parameters
 
 #: (floor, full) cosine similarity per embedding model, measured on ``palimpsest bench aging``
 #: (docs/benchmarks.md): below the floor a neighbour is no match; at ``full`` a hit counts fully.

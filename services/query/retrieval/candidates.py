@@ -14,9 +14,9 @@ import psycopg
 from psycopg import sql
 
 from projections.predicates import CURRENT, NOT_ERASED, SUPERSEDED_AS_OF, VERSION_AS_OF, narrowed
-from services.retrieval.query import RetrievalQuery, RouteContext, parameters
-from services.retrieval.results import ArbitrationAlert
-from services.retrieval.scoring import Candidate
+from services.query.retrieval.query import RetrievalQuery, RouteContext, parameters
+from services.query.retrieval.results import ArbitrationAlert
+from services.query.retrieval.scoring import Candidate
 
 _FIELDS = """c.card_id, c.aggregate_id, c.kind, c.memory_type, c.scope, c.project_id, c.group_id,
     c.subject, c.label, c.cardinality, {value} AS value, {title} AS title, {status} AS status,

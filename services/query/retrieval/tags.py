@@ -3,7 +3,7 @@ for Latin, English stemmed; normalised like card tags, so 資料庫 meets 数据
 web token") against the words each card can be found by (``card_terms``, kept by the database
 from ``cards``): its terms and tags, the words of a state card's slot ("fibon launch date" meets
 ``fibon/launch_date``; the user's own subject is no evidence), and the labels or memory type of a
-concept the query names (``services/retrieval/lexicon.py``: "live", 住 → ``address``,
+concept the query names (``services/query/retrieval/lexicon.py``: "live", 住 → ``address``,
 ``home_city`` …).
 
 Terms are weighed by how rare they are among the tenant's cards (BM25's inverse document
@@ -32,8 +32,8 @@ from psycopg import sql
 from projections import predicates
 from projections.schema import LABEL_WORD, TYPE_WORD
 from projections.text import cjk_bigrams, fold, query_terms, subject_terms
-from services.retrieval.lexicon import CONCEPTS, concept_terms, concepts_named, types_named
-from services.retrieval.query import (
+from services.query.retrieval.lexicon import CONCEPTS, concept_terms, concepts_named, types_named
+from services.query.retrieval.query import (
     Hits,
     PlainRoute,
     RetrievalQuery,

@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from services.retrieval.query import (
+from services.query.retrieval.query import (
     GENERIC_PLANS,
     Hits,
     PlainRoute,

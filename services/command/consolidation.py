@@ -1,7 +1,7 @@
 """Consolidation (DESIGN rule 10): a background scan proposes, a reviewer decides.
 
 A scan reads one tenant's read models and finds duplicates and contradictions
-(:mod:`services.consolidation_rules` says which, and what accepting each does). Each becomes a
+(:mod:`services.command.consolidation_rules` says which, and what accepting each does). Each becomes a
 :class:`domain.proposal.Proposal` with its rationale and score, and nothing else is written:
 pairs already proposed, linked or merged are left alone, and event cards never take part.
 Accepting runs the ordinary command — Merge, Link or Revise, so cardinality and the three
@@ -35,14 +35,14 @@ from domain.slot import Slot
 from infra.postgres import Database
 from infra.settings import Settings
 from projections.consolidation_sql import tenants_with_cards
-from services.application import BaseApplication
-from services.commands import Command, Link, Merge, ReviewProposal, Revise, WriteResult
-from services.consolidation_rules import Candidate, find_candidates
+from services.command.application import BaseApplication
+from services.command.commands import Command, Link, Merge, ReviewProposal, Revise, WriteResult
+from services.command.consolidation_rules import Candidate, find_candidates
 from services.periodic import Periodic
 
 if TYPE_CHECKING:
-    from services.memory import Palimpsest
-    from services.readmodels import ReadModels
+    from services.command.memory import Palimpsest
+    from services.query.readmodels import ReadModels
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class Propose(Command):
 
 
 class ProposalCommands(BaseApplication):
-    """The command side of consolidation, a mixin of :class:`services.memory.Palimpsest`."""
+    """The command side of consolidation, a mixin of :class:`services.command.memory.Palimpsest`."""
 
     def propose(self, tenant_id: str, command: Propose) -> WriteResult:
         """Record a proposal. A pair proposed before (the same kind, in either order) is answered

@@ -21,7 +21,7 @@ import psycopg
 from psycopg import sql
 
 from projections.text import cjk_bigrams, latin_words, terms, tokenize
-from services.retrieval.query import (
+from services.query.retrieval.query import (
     Hits,
     PlainRoute,
     RetrievalQuery,

@@ -11,8 +11,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from services.retrieval.query import Hits, PlainRoute, RetrievalQuery, RouteContext, parameters
-from services.retrieval.semantic import SemanticRoute
+from services.query.retrieval.query import Hits, PlainRoute, RetrievalQuery, RouteContext, parameters
+from services.query.retrieval.semantic import SemanticRoute
 
 _NEWEST = """SELECT c.card_id FROM {s}.cards c WHERE {visible}
 ORDER BY c.recorded_at DESC, c.card_id LIMIT %(limit)s"""

@@ -23,7 +23,7 @@ from uuid import UUID
 
 from infra.settings import RetrievalSettings
 from projections.text import DEFAULT_SUBJECTS, fold, query_terms, subject_terms, terms
-from services.retrieval.lexicon import concept_strengths, concepts_of_label
+from services.query.retrieval.lexicon import concept_strengths, concepts_of_label
 
 #: The least strength of a sure name; naming a label by all its words; a concept by the examples
 #: its embedding is closest to; a label by part of its words; the weight of a named subject's
