@@ -192,6 +192,12 @@ def _slots(tenant: Tenant, subject: Subject, dialect: dict[str, int],
     else:
         singles = list(personas.SINGLE_KINDS)
         kinds = [*singles[:2], *rng.sample(singles[2:], 4), *rng.sample(personas.MULTI_KINDS, 3)]
+    return labelled(tenant, subject, kinds, dialect, rng)
+
+
+def labelled(tenant: Tenant, subject: Subject, kinds: list[personas.SlotKind],
+             dialect: dict[str, int], rng: random.Random) -> list[tuple[SlotTruth, personas.SlotKind]]:
+    """Each kind's slot under the tenant's usual label for it (its dialect), now and then another."""
     chosen = []
     for kind in kinds:
         labels = kind.labels[subject.lang]

@@ -161,12 +161,18 @@ def _previous(truth: SlotTruth, now: datetime, current: str) -> str | None:
     return older[-1] if older else None
 
 
-def _current(asker: Asker, budget: int) -> Iterator[Question]:
+def current_slots(asker: Asker, budget: int) -> list[SlotTruth]:
+    """Up to ``budget`` single-value slots to ask the current value of: those in conflict now
+    first, then a sample of the rest."""
     now, slots = asker.now, asker.slots(single=True)
     conflicted = [s for s in slots if s.pending(now)][:budget]
     rest = [s for s in slots if not s.pending(now)]
-    chosen = conflicted + asker.rng.sample(rest, min(len(rest), budget - len(conflicted)))
-    for n, truth in enumerate(chosen):
+    return conflicted + asker.rng.sample(rest, min(len(rest), budget - len(conflicted)))
+
+
+def _current(asker: Asker, budget: int) -> Iterator[Question]:
+    now = asker.now
+    for n, truth in enumerate(current_slots(asker, budget)):
         value = truth.current(now)
         assert value is not None
         old = _previous(truth, now, value)

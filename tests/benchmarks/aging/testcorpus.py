@@ -13,10 +13,18 @@ import random
 from collections.abc import Iterator
 
 from tests.benchmarks.aging import histories, testsplit
-from tests.benchmarks.aging.generator import Config, Corpus, Subject, Tenant, events, notes
+from tests.benchmarks.aging.generator import (
+    Config,
+    Corpus,
+    Subject,
+    Tenant,
+    events,
+    labelled,
+    notes,
+)
 from tests.benchmarks.aging.histories import Calendar, Draw
 from tests.benchmarks.aging.personas import SlotKind
-from tests.benchmarks.aging.questions import Asker, Budget, pick
+from tests.benchmarks.aging.questions import Asker, Budget, current_slots, pick
 from tests.benchmarks.aging.records import Question, SlotKey, slot_key
 from tests.benchmarks.aging.truth import SlotTruth
 
@@ -62,14 +70,7 @@ def _people(tenant: Tenant, count: int, rng: random.Random) -> list[Subject]:
 def _slots(tenant: Tenant, subject: Subject, dialect: dict[str, int],
            rng: random.Random) -> list[tuple[SlotTruth, SlotKind]]:
     kinds = [*rng.sample(testsplit.SINGLE_KINDS, 6), *rng.sample(testsplit.MULTI_KINDS, 2)]
-    chosen = []
-    for kind in kinds:
-        labels = kind.labels[subject.lang]
-        pick = dialect[kind.name] if rng.random() < 0.75 else rng.randrange(8)
-        truth = SlotTruth(tenant.tenant_id, subject.name, labels[pick % len(labels)], kind.name,
-                          subject.lang, kind.cardinality, kind.memory_type)
-        chosen.append((truth, kind))
-    return chosen
+    return labelled(tenant, subject, kinds, dialect, rng)
 
 
 def _picker(pool: tuple[str, ...], rng: random.Random) -> histories.Picker:
@@ -85,11 +86,8 @@ def questions(corpus: Corpus, day: int, budget: Budget) -> list[Question]:
 
 
 def _current(asker: Asker, budget: int) -> Iterator[Question]:
-    now, slots = asker.now, asker.slots(single=True)
-    conflicted = [s for s in slots if s.pending(now)][:budget]
-    rest = [s for s in slots if not s.pending(now)]
-    chosen = conflicted + asker.rng.sample(rest, min(len(rest), budget - len(conflicted)))
-    for n, truth in enumerate(chosen):
+    now = asker.now
+    for n, truth in enumerate(current_slots(asker, budget)):
         value = truth.current(now)
         assert value is not None
         table = (testsplit.NAMED[truth.lang], testsplit.PARAPHRASES[truth.kind][truth.lang])
