@@ -148,6 +148,7 @@ def test_the_timeline_marks_retractions_verifications_erasures_and_arbitration_c
     assert page.locator(".mark.arbitration").count() == 0, "no case is pending now"
     assert page.locator(".mark.decided").count() == 1, "the decided case stays on the timeline"
     assert "keep_old by dora" in (page.locator(".mark.decided").text_content() or "")
+    shoot(page, "timeline-decided")
 
 
 def answer(shown: Any, column: str) -> str:
