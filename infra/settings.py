@@ -30,10 +30,18 @@ class RetrievalSettings(BaseModel):
     #: (``services.query.retrieval.semantic.MODEL_CALIBRATION``; docs/benchmarks.md).
     semantic_min_similarity: float | None = None
     semantic_full_similarity: float | None = None
-    #: Nearest neighbours read from the HNSW index before the tenant / scope / time filter.
+    #: Nearest neighbours read from the vector index before the tenant / scope / time filter.
     semantic_candidates: int = 200
+    #: IVFFlat lists compared exactly for each question (``ivfflat.probes``; more when the
+    #: tenant's filter leaves too few): 10 of √rows found 0.98 of the exact top 5 at 100k cards.
+    semantic_probes: int = Field(default=10, ge=1)
     #: Tag hits are all kept, up to this safety cap, ranked by how many query terms they share.
     tags_limit: int = 200
+    #: A query unit (a word, with the labels of a concept it names) on more of a tenant's cards
+    #: than this is counted only on the cards its rarer units found, so the route reads rows in
+    #: proportion to the question's rarest words (a person's name on thousands of cards is not
+    #: read whole). When every unit is that common, the rarest is read whole.
+    tags_common: int = Field(default=1_000, ge=1)
     fuzzy_top_k: int = 20
     #: Lowest share of the query's CJK bigrams a card must hold for the fuzzy route.
     fuzzy_threshold: float = 0.3
@@ -214,9 +222,16 @@ class Settings(BaseSettings):
     openai_api_key: SecretStr | None = None
     openai_embedding_model: str = "text-embedding-3-small"
     embedding_dimensions: int = 512
-    #: ``hnsw``, ``none``, or ``auto``: an HNSW index on an external PostgreSQL; on the embedded
-    #: server only where the CPU has AVX-512, which its pgvector build needs for any distance.
-    vector_index: Literal["auto", "hnsw", "none"] = "auto"
+    #: Threads of the BLAS library numpy uses (the offline encoder, label similarities). One:
+    #: their matrices are small, and idle BLAS threads spin on the cores PostgreSQL and the other
+    #: routes need (at 100k cards a search cost 38 ms of the process's CPU with two, 12 with one).
+    blas_threads: int = Field(default=1, ge=1)
+    #: ``ivfflat``, ``hnsw``, ``none``, or ``auto``: IVFFlat wherever vector distances work (on the
+    #: embedded server, where its pgvector build runs on this CPU); see
+    #: ``projections.vector_index``.
+    vector_index: Literal["auto", "ivfflat", "hnsw", "none"] = "auto"
+    #: How often a projector checks whether the IVFFlat index is due to be built (again).
+    vector_index_interval_seconds: float = Field(default=60.0, gt=0.0)
 
     #: Ingest extraction (DESIGN rule 9): an OpenAI-compatible chat completions server that turns
     #: conversation turns into candidate cards. Unset = extraction is off (turns are still stored

@@ -42,7 +42,7 @@ from infra.postgres import (
     Lease,
     admin_database,
     projector_database,
-    vector_index_enabled,
+    vector_index_kind,
 )
 from infra.settings import Settings
 from projections.bulk import RowsRefusedError, fold_in_processes, write_rows
@@ -62,6 +62,7 @@ from projections.fold import Progress, fold, share_of
 from projections.projector import TRANSIENT, Delivered, ProjectionError, Projector
 from projections.schema import arm_words, create_functions, create_read_schema, index_statements
 from projections.status import parked
+from projections.vector_index import Kind, vector_rows
 
 #: Re-exported: the log's readers and the shares, as callers and tests have used them from here.
 __all__ = ["RebuildReport", "catch_up", "decisions", "events_table", "make_projector",
@@ -150,13 +151,15 @@ def catch_up(projector: Projector, app: Palimpsest, after: int | None = None,
     return applied
 
 
-def build_indexes(admin: Database, schema: str, hnsw: bool, words: bool, connections: int
+def build_indexes(admin: Database, schema: str, vector_index: Kind, words: bool, connections: int
                   ) -> None:
     """The read models' indexes built over the copied rows (cheaper than maintaining them during
     the copy), on ``connections`` connections at once, each taking the next statement left;
-    then the words index armed."""
+    then the words index armed. The vector index is sized to the vectors copied."""
+    with admin.connect(autocommit=True) as conn:
+        vectors = vector_rows(conn, schema) if vector_index == "ivfflat" else 0
     left: queue.SimpleQueue[Any] = queue.SimpleQueue()
-    for statement in index_statements(schema, hnsw):
+    for statement in index_statements(schema, vector_index, vectors):
         left.put(statement)
 
     def build() -> None:
@@ -216,18 +219,18 @@ def _rebuild(settings: Settings, app: Palimpsest, admin: Database, target: str,
     live = settings.read_schema
     started = time.perf_counter()
     head = app.recorder.max_notification_id() or 0
-    hnsw, projected = vector_index_enabled(settings), False
+    vector_index, projected = vector_index_kind(settings), False
     try:
         rows, count = _fold_and_copy(settings, app, admin, target, head, known_at, progress,
                                      workers)
-        build_indexes(admin, target, hnsw, words=workers == 1, connections=workers)
+        build_indexes(admin, target, vector_index, words=workers == 1, connections=workers)
     except (RowsRefusedError, psycopg.DatabaseError) as error:
         if isinstance(error, TRANSIENT):
             raise
         log.warning("rebuild: the database refused a row the fold made (%s); projecting the log "
                     "into %s through the incremental projector instead", error, target)
         rows, count = project_into(settings, app, admin, target, head, known_at, progress)
-        build_indexes(admin, target, hnsw, words=True, connections=workers)
+        build_indexes(admin, target, vector_index, words=True, connections=workers)
         projected = True
     report = RebuildReport(target, count, head, time.perf_counter() - started, rows,
                            parked=parked(admin, settings, schema=target).events, projected=projected)

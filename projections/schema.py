@@ -13,6 +13,8 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from projections.vector_index import Kind, create_statement
+
 TABLES = ("nodes", "slots", "cards", "card_terms", "card_versions", "card_embeddings",
           "card_relations", "arbitration_queue", "proposals", "ingestions", "erasures",
           "projection_tracking", "projection_position", "projection_failures")
@@ -419,7 +421,7 @@ CREATE POLICY projector_reads ON {s}.{t} FOR SELECT TO {writer} USING (true);
 
 def create_read_schema(
     conn: psycopg.Connection[Any], schema: str, reader: str, writer: str, dimensions: int = 512,
-    hnsw: bool = True, indexes: bool = True,
+    vector_index: Kind = "none", indexes: bool = True,
 ) -> None:
     """Create the read-model tables in ``schema`` (idempotent). ``reader`` (the runtime role)
     selects within its tenant; ``writer`` (the projector) reads every tenant — it projects them
@@ -429,7 +431,7 @@ def create_read_schema(
     conn.execute(sql.SQL(_DDL).format(dims=sql.Literal(dimensions), **names))
     create_functions(conn, schema)
     if indexes:
-        create_read_indexes(conn, schema, hnsw)
+        create_read_indexes(conn, schema, vector_index)
     for table in TABLES:
         conn.execute(sql.SQL(_POLICY).format(
             t=sql.Identifier(table), writer=sql.Identifier(writer), **names))
@@ -480,24 +482,23 @@ _WORDS_TRIGGER = """CREATE TRIGGER card_terms_sync AFTER INSERT OR UPDATE ON {s}
     FOR EACH ROW EXECUTE FUNCTION {s}.card_terms_sync()"""
 
 
-def index_statements(schema: str, hnsw: bool = True) -> list[sql.Composed]:
+def index_statements(schema: str, vector_index: Kind = "none", vectors: int = 0
+                     ) -> list[sql.Composed]:
     """The secondary indexes of the read models in ``schema``, one statement each, the costliest
-    first (idempotent); the HNSW index of the embeddings, first, with ``hnsw``."""
+    first (idempotent); first the ``vector_index`` of the embeddings over ``vectors`` rows, when
+    it has one to build (:mod:`projections.vector_index`)."""
     names = {"s": sql.Identifier(schema)}
     statements = [sql.SQL(statement.strip()).format(**names)
                   for statement in _INDEXES.split(";")]
-    if hnsw:
-        statements.insert(0, sql.SQL(
-            "CREATE INDEX IF NOT EXISTS card_embeddings_hnsw ON {s}.card_embeddings "
-            "USING hnsw (embedding vector_cosine_ops)").format(**names))
-    return statements
+    vector = create_statement(schema, vector_index, vectors)
+    return [vector, *statements] if vector is not None else statements
 
 
-def create_read_indexes(conn: psycopg.Connection[Any], schema: str, hnsw: bool = True,
+def create_read_indexes(conn: psycopg.Connection[Any], schema: str, vector_index: Kind = "none",
                         words: bool = True) -> None:
     """The secondary indexes of the read models in ``schema`` (see :func:`index_statements`),
     then the words index armed (:func:`arm_words`)."""
-    for statement in index_statements(schema, hnsw):
+    for statement in index_statements(schema, vector_index):
         conn.execute(statement)
     arm_words(conn, schema, words)
 

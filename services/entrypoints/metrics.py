@@ -90,11 +90,11 @@ class _Live(Collector):
         self.services = services
 
     def collect(self) -> Iterator[Metric]:
-        retriever = self.services.queries.retriever
+        runner = self.services.queries.retriever.runner
         breakers = GaugeMetricFamily("palimpsest_retrieval_route_quarantined",
                                      "1 while a retrieval route's breaker holds it out.",
                                      labels=["route"])
-        for route, state in retriever.breakers.states(retriever.monotonic()).items():
+        for route, state in runner.breakers.states(runner.monotonic()).items():
             breakers.add_metric([route], 1.0 if state == "quarantined" else 0.0)
         yield breakers
         yield from self._pipeline()

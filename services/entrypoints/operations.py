@@ -40,8 +40,8 @@ from services.ingest.extraction import extraction_off_reason
 from services.keys import Principal
 from services.query import slicing
 from services.query.context import render
-from services.query.retrieval.candidates import load_candidates
-from services.query.retrieval.postprocess import pending_state
+from services.query.pending import pending_state
+from services.query.retrieval.load import load_candidates
 from services.query.retrieval.query import RetrievalQuery
 from services.query.slicing import CardCounts, CardPage, CardSlice
 

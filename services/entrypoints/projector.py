@@ -20,7 +20,7 @@ import faust
 from infra.eventlog import open_event_log
 from infra.heartbeats import Beat
 from infra.locale_check import check_cjk_support
-from infra.postgres import Database, admin_database, bootstrap, projector_database
+from infra.postgres import Database, admin_database, bootstrap, projector_database, vector_index_kind
 from infra.processes import Kafka, heartbeats, process_shutdown, wait_for_broker, watch
 from infra.settings import Settings
 from infra.supervision import Shutdown
@@ -28,6 +28,7 @@ from projections.faust_app import FAILED_EXIT, Outcome, create_faust_app
 from projections.projector import ProjectionError
 from projections.replay import catch_up, make_projector
 from projections.text import warm_up
+from projections.vector_index import VectorIndexKeeper
 from projections.worker import embedding_lease, embedding_loop, embedding_projection
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,8 @@ def _run_projector(settings: Settings, servers: str, shutdown: Shutdown, pulse: 
                     projector.parked)
     if settings.projector_embeddings:
         start_embeddings(settings, stop)
+    VectorIndexKeeper(admin, settings.read_schema, vector_index_kind(settings), stop,
+                      settings.vector_index_interval_seconds).start()
     warm_up()  # the tokenizer loads now, not inside the first batch while its partition waits
     pulse.phase = "waiting for Kafka"
     outcome = Outcome()

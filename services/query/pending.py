@@ -1,15 +1,18 @@
 """The read-your-writes overlay's memory: what this process wrote that the read models may not
-hold yet (DESIGN §3)."""
+hold yet (DESIGN §3), each write as the card it created (:func:`pending_state`)."""
 
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
 from uuid import UUID
 
+from domain.rules.cardinality import decide_cardinality
 from services.command.commands import WriteResult
-from services.query.retrieval.postprocess import PendingWrite
+from services.query.retrieval.scoring import Candidate, PendingWrite
 
 
 class PendingWrites:
@@ -65,3 +68,33 @@ class PendingWrites:
     def slot_of(self, tenant_id: str, card_id: UUID) -> UUID | None:
         with self._lock:
             return self._slots.get((tenant_id, card_id))
+
+
+def pending_state(command: Any, result: Any, recorded_at: datetime) -> PendingWrite | None:
+    """The overlay entry for a card written by ``remember`` (a ``Remember`` command and its
+    ``WriteResult``): a state of a slot, an event or a knowledge card; None for outcomes that
+    created no card, or no position."""
+    if result.card_id is None or result.position is None \
+            or result.outcome not in ("remembered", "superseded", "overwritten", "recorded",
+                                      "learned"):
+        return None
+    if command.kind == "state":
+        if command.label is None:
+            return None
+        cardinality = decide_cardinality(command.label, command.cardinality).cardinality.value
+        return PendingWrite(result.position, Candidate(
+            card_id=result.card_id, kind="state", cardinality=cardinality, scope=command.scope,
+            project_id=command.project_id, subject=command.subject, label=command.label,
+            value=command.content, valid_from=command.valid_from or recorded_at, valid_to=None,
+            occurred_at=None, recorded_at=recorded_at, verified_at=None, superseded=False,
+            group_id=command.group_id), command.agent_id, command.session_id)
+    if command.kind not in ("event", "knowledge"):
+        return None
+    occurred = (command.occurred_at or recorded_at) if command.kind == "event" else None
+    return PendingWrite(result.position, Candidate(
+        card_id=result.card_id, kind=command.kind, cardinality=None, scope=command.scope,
+        project_id=command.project_id, subject=command.subject, label=None,
+        value=command.content, valid_from=occurred or recorded_at, valid_to=None,
+        occurred_at=occurred, recorded_at=recorded_at, verified_at=None, superseded=False,
+        group_id=command.group_id, memory_type=command.memory_type), command.agent_id,
+        command.session_id)

@@ -23,10 +23,10 @@ from infra.settings import Settings
 from projections import predicates
 from services.command.application import Clock
 from services.query.readmodels import KNOWN_BOUNDS, IngestionRecord, ProposalRecord, ReadModels
-from services.query.retrieval.postprocess import PendingWrite
 from services.query.retrieval.query import RetrievalQuery
 from services.query.retrieval.results import RetrievalResult
 from services.query.retrieval.retriever import Retriever
+from services.query.retrieval.scoring import PendingWrite
 
 #: The most ingested turns one listing returns.
 MAX_INGESTIONS = 1_000

@@ -86,7 +86,7 @@ def fresh_schema(settings: Settings, name: str, head: int | None = None) -> None
     admin = admin_database(settings)
     with admin.connect(autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
-        create_read_schema(conn, name, settings.runtime_role, settings.projector_role, hnsw=False)
+        create_read_schema(conn, name, settings.runtime_role, settings.projector_role, vector_index="none")
         if head is not None:  # the Faust run must not catch up from the log: mark it done
             conn.execute(sql.SQL("INSERT INTO {}.projection_position (projection, tenant_id, "
                                  "position) VALUES ('cards', '*', %s)").format(

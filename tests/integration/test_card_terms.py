@@ -29,7 +29,7 @@ def schema(admin_db: Database, pg_settings: Settings) -> Iterator[str]:
     name = f"palimpsest_terms_{uuid.uuid4().hex[:8]}"
     with admin_db.connect(autocommit=True) as conn:
         create_read_schema(conn, name, reader=pg_settings.runtime_role, writer=pg_settings.projector_role,
-                           dimensions=pg_settings.embedding_dimensions, hnsw=False)
+                           dimensions=pg_settings.embedding_dimensions, vector_index="none")
     yield name
     with admin_db.connect(autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
@@ -106,7 +106,7 @@ def test_the_index_follows_a_rebuilt_schema_swapped_into_place(admin_db, pg_sett
     fresh = schema + "_next"
     with admin_db.connect(autocommit=True) as conn:
         create_read_schema(conn, fresh, reader=pg_settings.runtime_role, writer=pg_settings.projector_role,
-                           dimensions=pg_settings.embedding_dimensions, hnsw=False)
+                           dimensions=pg_settings.embedding_dimensions, vector_index="none")
     swap(admin_db, schema, fresh)  # ``schema`` is now the one made as ``fresh``
     with as_tenant(db, tenant) as conn:
         card = put_card(conn, schema, tenant, terms=["renamed"])
@@ -132,13 +132,13 @@ def test_cards_stored_before_the_trigger_get_their_words_when_it_is_made(admin_d
     name = f"palimpsest_terms_{uuid.uuid4().hex[:8]}"
     with admin_db.connect(autocommit=True) as conn:
         create_read_schema(conn, name, reader=pg_settings.runtime_role, writer=pg_settings.projector_role,
-                           dimensions=pg_settings.embedding_dimensions, hnsw=False, indexes=False)
+                           dimensions=pg_settings.embedding_dimensions, vector_index="none", indexes=False)
     try:
         with as_tenant(db, tenant) as conn:
             early = put_card(conn, name, tenant, terms=["early"])
             assert words(conn, name, early) == {}
         with admin_db.connect(autocommit=True) as conn:
-            create_read_indexes(conn, name, hnsw=False)
+            create_read_indexes(conn, name, vector_index="none")
         with as_tenant(db, tenant) as conn:
             late = put_card(conn, name, tenant, terms=["late"])
             assert words(conn, name, early) == {"early": True, "=type:fact": True}

@@ -219,7 +219,7 @@ def test_a_person_erased_leaves_no_text_anywhere_and_the_other_stays_searchable(
         assert stamps == {None, erased_at}, "as known before: the tombstones, at the erasure's time"
         assert not rows(admin_db, past.schema, "erasures", tenant)
         project_into(pg_settings, app, admin_db, projected, past.head, moment)
-        build_indexes(admin_db, projected, hnsw=False, words=True, connections=1)
+        build_indexes(admin_db, projected, vector_index="none", words=True, connections=1)
         for table in REBUILT:
             assert rows(admin_db, projected, table, tenant) == rows(
                 admin_db, past.schema, table, tenant), f"{table}: projected as known differs"

@@ -21,9 +21,9 @@ from infra.settings import Settings
 from projections.worker import project_log
 from services.command.commands import Link, Move, Remember
 from services.factory import create_app, create_queries
+from services.query.pending import pending_state
 from services.query.queries import Queries
-from services.query.retrieval import retriever as retriever_module
-from services.query.retrieval.postprocess import pending_state
+from services.query.retrieval import load as load_module
 from services.query.retrieval.query import Hits, PlainRoute
 from tests.support import START, Clock, new_tenant, state
 
@@ -121,11 +121,11 @@ def test_temporal_words_resolve_against_the_clock(world) -> None:
 
 def test_an_ambiguous_time_word_skips_the_route_with_its_reason(world) -> None:
     _, queries, _, tenant, _, _ = world
-    before = queries.retriever.breakers["temporal"].samples
+    before = queries.retriever.runner.breakers["temporal"].samples
     result = queries.search(tenant, "what did I do recently?")
     report = result.diagnostics.routes["temporal"]
     assert report.status == "skipped" and "ambiguous" in (report.detail or "")
-    assert queries.retriever.breakers["temporal"].samples == before  # a refusal is no strike
+    assert queries.retriever.runner.breakers["temporal"].samples == before  # a refusal is no strike
     assert result.diagnostics.routes["semantic"].status == "ok"
 
 
@@ -162,8 +162,8 @@ def loading_one_first(settings: Settings, clock: Clock, tenant: str, text: str, 
                       only: str | None = None) -> tuple[Any, Any]:
     """The top answer to ``text`` when one candidate is loaded first, and the same with
     ``explain`` (every candidate loaded); with ``only``, that route alone."""
-    monkeypatch.setattr(retriever_module, "LOAD_FIRST", 1)
-    monkeypatch.setattr(retriever_module, "LOAD_PER_RESULT", 1)
+    monkeypatch.setattr(load_module, "LOAD_FIRST", 1)
+    monkeypatch.setattr(load_module, "LOAD_PER_RESULT", 1)
     queries = create_queries(settings, clock)
     try:
         if only is not None:
@@ -303,13 +303,13 @@ def test_a_route_with_nothing_to_look_up_takes_no_connection(world) -> None:
     _, shared, clock, tenant, _, _ = world
     queries: Queries = create_queries(shared.settings, clock)
     opened: list[str] = []
-    real = queries.retriever.route_transaction
+    real = queries.retriever.runner.route_transaction
 
     def recording(route: Any, *args: Any, **kwargs: Any) -> Any:
         opened.append(route.name)
         return real(route, *args, **kwargs)
 
-    queries.retriever.route_transaction = recording  # type: ignore[method-assign]
+    queries.retriever.runner.route_transaction = recording  # type: ignore[method-assign]
     try:
         plain = queries.search(tenant, "Kaohsiung")
         plain_opened, opened[:] = sorted(opened), []
@@ -331,8 +331,8 @@ def test_a_slow_route_times_out_and_its_breaker_quarantines_it(pg_settings, worl
     settings = pg_settings.model_copy(update={"retrieval": fast})
     queries: Queries = create_queries(settings, clock)
     now = [0.0]
-    queries.retriever.monotonic = lambda: now[0]
-    queries.retriever.breakers.load = lambda: 0.1  # a quiet machine: the route alone is sick
+    queries.retriever.runner.monotonic = lambda: now[0]
+    queries.retriever.runner.breakers.load = lambda: 0.1  # a quiet machine: the route alone is sick
     queries.retriever.routes = [r if r.name != "fuzzy" else Slow() for r in queries.retriever.routes]
     enough = queries.query("Kaohsiung", top_n=1)  # the other routes find all it asks for
     try:
@@ -357,8 +357,8 @@ def test_a_question_the_other_routes_answer_too_little_runs_the_quarantined_rout
     queries: Queries = create_queries(shared.settings, clock)
     try:
         for _ in range(3):
-            queries.retriever.breakers.record("semantic", 900.0, 0.0)
-        queries.retriever.breakers["semantic"].trip(queries.retriever.monotonic())
+            queries.retriever.runner.breakers.record("semantic", 900.0, 0.0)
+        queries.retriever.runner.breakers["semantic"].trip(queries.retriever.runner.monotonic())
         result = queries.search(tenant, "which city is home these days")  # only semantic knows
         assert result.diagnostics.routes["semantic"].status == "ok"
         assert found(result) and found(result)[0] == "Kaohsiung"

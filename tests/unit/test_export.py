@@ -108,7 +108,7 @@ def test_a_tenant_wide_erasure_needs_memory_erase_and_a_unit_the_write_scope() -
 def test_a_forgotten_card_leaves_the_overlay() -> None:
     from services.command.commands import WriteResult
     from services.query.pending import PendingWrites
-    from services.query.retrieval.postprocess import PendingWrite
+    from services.query.retrieval.scoring import PendingWrite
 
     pending = PendingWrites()
     kept, gone = (_pending(PendingWrite, card) for card in (uuid4(), uuid4()))

@@ -7,10 +7,11 @@ from uuid import UUID
 
 import pytest
 
-from services.query.retrieval.postprocess import Tuning, process
 from services.query.retrieval.present import ConversationPrior, asks_about_now, latest_first, on_the_matter
 from services.query.retrieval.query import RetrievalQuery
 from services.query.retrieval.scoring import Candidate, Ranking
+from services.query.retrieval.tuning import Tuning
+from tests.unit import retrieval_support
 
 NOW = datetime(2026, 6, 15, 18, tzinfo=UTC)  # a Monday
 OLD, NEW, CHAT, STATE = (UUID(int=n) for n in range(1, 5))
@@ -34,8 +35,8 @@ def by_id(*cards: Candidate) -> dict[UUID, Candidate]:
 
 
 def run(rankings: dict[str, Any], cards: dict[UUID, Candidate], **options: Any) -> list[UUID]:
-    options = {"now": NOW, "as_of": False, "current_project": None, "present": True, **options}
-    return [card_id for card_id, _ in process(rankings, cards, **options).ranked]
+    return retrieval_support.ids(retrieval_support.run(rankings, cards, **{"now": NOW, "present": True,
+                                                                         **options}))
 
 
 class TestAsksAboutNow:
@@ -131,8 +132,7 @@ class TestRanking:
 
     def test_the_trace_says_which_turn_is_the_latest_word(self) -> None:
         cards = by_id(turn(OLD, 70), turn(NEW, 20))
-        outcome = process({"semantic": [OLD, NEW]}, cards, now=NOW, as_of=False, current_project=None,
-                          present=True)
+        outcome = retrieval_support.run({"semantic": [OLD, NEW]}, cards, now=NOW, present=True)
         assert outcome.trace[NEW]["decay"]["conversation"] == "the latest turn on the matter"
         assert outcome.trace[OLD]["decay"]["days"] == pytest.approx(50)
         assert outcome.trace[OLD]["decay"]["lambda"] == ConversationPrior().rate

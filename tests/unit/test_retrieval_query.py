@@ -161,7 +161,7 @@ class TestConcurrencySettings:
         assert (retrieval.route_threads, retrieval.connections) == (12, 20)
         retriever = Retriever(read=None, schema="s", settings=retrieval, embedder=None)  # type: ignore[arg-type]
         try:
-            assert retriever.pool._max_workers == 12
+            assert retriever.runner.pool._max_workers == 12
         finally:
             retriever.close()
 

@@ -1,4 +1,5 @@
-"""The read path's pure post-processing: fusion, decay, scope boost, alerts, top N, and the route breaker."""
+"""The read path's shared pure formulas: the candidate, decay, scope boost, the superseded filter, top N;
+and the route breaker."""
 
 import math
 from dataclasses import replace
@@ -11,20 +12,13 @@ import pytest
 from services.query.retrieval.breaker import Breakers, RouteBreaker, machine_load, nearest_rank
 from services.query.retrieval.scoring import (
     Candidate,
-    Contradiction,
     DecayPolicy,
-    Ranking,
     ScopeBoost,
     age_days,
-    aging_facts,
-    contradictions,
     decay,
     decay_anchor,
     drop_superseded,
-    route_ranks,
-    rrf,
     scope_boost,
-    stale_knowledge,
     top_n,
 )
 
@@ -58,40 +52,6 @@ class TestCandidate:
     def test_event_and_knowledge_need_no_cardinality(self) -> None:
         assert card(1, kind="event", cardinality=None).cardinality is None
         assert not card(2, kind="knowledge", cardinality=None).is_single_state
-
-
-class TestRRF:
-    def test_two_routes_by_hand(self) -> None:
-        scores = rrf({"semantic": [A, B, C], "tags": [B, D]})
-        assert scores[A] == pytest.approx(1 / 61)
-        assert scores[B] == pytest.approx(1 / 62 + 1 / 61)  # 0.016129 + 0.016393 = 0.032523
-        assert scores[C] == pytest.approx(1 / 63)
-        assert scores[D] == pytest.approx(1 / 62)
-        assert scores[B] == pytest.approx(0.0325225, abs=1e-7)
-        assert sorted(scores, key=scores.__getitem__, reverse=True) == [B, A, D, C]
-
-    def test_k_is_a_parameter(self) -> None:
-        assert rrf({"semantic": [A]}, k=1) == {A: 0.5}
-
-    def test_a_repeat_within_a_route_counts_once_at_its_best_rank(self) -> None:
-        assert rrf({"fuzzy": [A, B, A]}) == {A: pytest.approx(1 / 61), B: pytest.approx(1 / 62)}
-
-    def test_in_a_shared_ranking_equally_strong_cards_share_the_first_one_s_rank(self) -> None:
-        scores = rrf({"slots": Ranking([A, B, C, D], [0.6, 0.3, 0.3, 0.3], shared=True)})
-        assert scores[A] == pytest.approx(0.6 / 61)
-        assert scores[B] == scores[C] == scores[D] == pytest.approx(0.3 / 62)
-        # a route that orders equals on purpose keeps positions
-        assert rrf({"tags": Ranking([A, B], [1.0, 1.0])})[B] == pytest.approx(1 / 62)
-
-    def test_empty_and_failed_routes_add_nothing(self) -> None:
-        assert rrf({}) == {}
-        assert rrf({"graph": [], "tags": [A]}) == {A: pytest.approx(1 / 61)}
-
-    def test_route_ranks_explain_each_card(self) -> None:
-        ranks = route_ranks({"semantic": [A, B, C], "tags": [B, D]})
-        assert ranks == {
-            A: {"semantic": 1}, B: {"semantic": 2, "tags": 1}, C: {"semantic": 3}, D: {"tags": 2},
-        }
 
 
 def fading(rate: float, days: float, floor: float = 0.5) -> float:
@@ -196,108 +156,6 @@ class TestDropSuperseded:
     def test_as_of_queries_keep_them(self) -> None:
         cards = [card(3), card(1, superseded=True)]
         assert drop_superseded(cards, as_of=True) == cards
-
-
-class TestContradictions:
-    def test_one_slot_two_values(self) -> None:
-        found = contradictions([card(2, value="Kyoto"), card(1, value="Taipei")])
-        assert [c.card_ids for c in found] == [(A, B)]
-        assert "user/address" in found[0].reason
-
-    def test_same_value_modulo_case_and_whitespace_is_no_conflict(self) -> None:
-        assert contradictions([card(1, value="New  York"), card(2, value=" new york\n")]) == []
-
-    def test_a_superseded_card_is_no_conflict(self) -> None:
-        assert contradictions([card(1, value="Kyoto", superseded=True), card(2)]) == []
-
-    @pytest.mark.parametrize(
-        "other",
-        [
-            {"scope": "project", "project_id": "p2"},
-            {"scope": "group", "group_id": "team"},
-            {"subject": "wife"},
-            {"label": "job title"},
-            {"cardinality": "multi_value"},
-            {"kind": "knowledge", "cardinality": None},
-        ],
-    )
-    def test_different_slots_or_kinds_do_not_conflict(self, other: dict[str, object]) -> None:
-        base = {"scope": "project", "project_id": "p1"} if "project_id" in other else {}
-        assert contradictions([card(1, **base), card(2, value="Kyoto", **other)]) == []
-
-    def test_two_groups_keep_their_slots_apart(self) -> None:
-        family = card(1, scope="group", group_id="family")
-        team = card(2, scope="group", group_id="team", value="Kyoto")
-        assert contradictions([family, team]) == []
-        assert len(contradictions([family, replace(team, group_id="family")])) == 1
-
-    def test_three_values_give_every_differing_pair_once_in_order(self) -> None:
-        cards = [card(3, value="Osaka"), card(2, value="taipei"), card(1, value="Taipei")]
-        assert [c.card_ids for c in contradictions(cards)] == [(A, C), (B, C)]
-        assert contradictions(cards) == contradictions(list(reversed(cards)))
-
-    def test_a_contradicts_edge_either_way_gives_one_alert(self) -> None:
-        x = card(1, kind="knowledge", cardinality=None, edges=(("contradicts", B),))
-        y = card(2, kind="knowledge", cardinality=None, edges=(("contradicts", A), ("related_to", C)))
-        assert contradictions([y, x]) == [Contradiction((A, B), "linked by contradicts")]
-
-    def test_edges_to_absent_superseded_or_self_cards_are_ignored(self) -> None:
-        x = card(1, kind="knowledge", cardinality=None, edges=(("contradicts", C), ("contradicts", B),
-                                                               ("contradicts", A)))
-        y = card(2, kind="knowledge", cardinality=None, superseded=True)
-        assert contradictions([x, y]) == []
-        assert contradictions([card(1, edges=(("related_to", B),)), card(2)]) == []
-
-    def test_slot_and_edge_on_one_pair_give_one_alert_with_both_reasons(self) -> None:
-        found = contradictions([card(1, edges=(("contradicts", B),)), card(2, value="Kyoto")])
-        assert len(found) == 1
-        assert "holds different values" in found[0].reason and "linked by contradicts" in found[0].reason
-
-
-class TestAgingFacts:
-    def test_boundary_is_180_days(self) -> None:
-        assert aging_facts([card(1, valid_from=ago(180))], NOW) == [A]
-        assert aging_facts([card(1, valid_from=ago(179))], NOW) == []
-        assert aging_facts([card(1, valid_from=ago(180) + timedelta(seconds=1))], NOW) == []
-
-    def test_verification_resets_the_clock(self) -> None:
-        assert aging_facts([card(1, valid_from=ago(400), verified_at=ago(179))], NOW) == []
-        assert aging_facts([card(1, valid_from=ago(400), verified_at=ago(181))], NOW) == [A]
-
-    def test_only_current_single_value_state_cards(self) -> None:
-        old = ago(365)
-        cards = [
-            card(1, valid_from=old, superseded=True),
-            card(2, valid_from=old, cardinality="multi_value"),
-            card(3, valid_from=old, kind="event", cardinality=None, occurred_at=old),
-            card(4, valid_from=old, kind="knowledge", cardinality=None),
-        ]
-        assert aging_facts(cards, NOW) == []
-
-    def test_recorded_at_stands_in_for_a_missing_valid_from(self) -> None:
-        assert aging_facts([card(1, valid_from=None, recorded_at=ago(200))], NOW) == [A]
-
-    def test_oldest_first_and_days_is_a_parameter(self) -> None:
-        cards = [card(1, valid_from=ago(20)), card(2, valid_from=ago(30)), card(3, valid_from=ago(5))]
-        assert aging_facts(cards, NOW, days=10) == [B, A]
-
-
-class TestStaleKnowledge:
-    def knowledge(self, n: int, **fields: object) -> Candidate:
-        return card(n, kind="knowledge", cardinality=None, valid_from=None, **fields)
-
-    def test_boundary_is_90_days(self) -> None:
-        assert stale_knowledge([self.knowledge(1, recorded_at=ago(90))], NOW) == [A]
-        assert stale_knowledge([self.knowledge(1, recorded_at=ago(89))], NOW) == []
-
-    def test_verification_resets_the_clock(self) -> None:
-        assert stale_knowledge([self.knowledge(1, recorded_at=ago(300), verified_at=ago(10))], NOW) == []
-
-    def test_only_knowledge_cards_oldest_first(self) -> None:
-        cards = [self.knowledge(1, recorded_at=ago(100)), self.knowledge(2, recorded_at=ago(200)),
-                 card(3, recorded_at=ago(500), valid_from=ago(500))]
-        assert stale_knowledge(cards, NOW) == [B, A]
-        assert stale_knowledge(cards, NOW, days=150) == [B]
 
 
 class TestTopN:

@@ -1,1 +1,2 @@
-"""The read path: routes, fusion, post-processing (scoring) and per-route breakers."""
+"""The read path: the retriever and its stages (routes, fuse, expand, load, rank, alerts), one
+module per route, and the routes' breakers."""

@@ -47,7 +47,7 @@ class SlotEntry:
 
     @property
     def key(self) -> tuple[str, str | None, str | None, str, str]:
-        """The slot as candidates know it (``postprocess``): scope, project, group, subject, label."""
+        """The slot as candidates know it (``scoring.slot_key``): scope, project, group, subject, label."""
         return (self.scope, self.project_id, self.group_id, self.subject, self.label)
 
 

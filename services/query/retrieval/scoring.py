@@ -1,4 +1,6 @@
-"""Post-processing of the read path (DESIGN §3): fusion, decay, scope boost and the alert blocks.
+"""What the read path's stages share (DESIGN §3): the candidate card, a route's ranking, the
+caller's writes not projected yet, the keys of what a question names, and the pure formulas of
+decay (rule 5), scope boost and the top n.
 
 Pure functions over plain data: no database, no clock (``now`` is passed in; datetimes are tz-aware).
 """
@@ -8,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from uuid import UUID
 
 KINDS = frozenset({"state", "event", "knowledge"})
@@ -54,9 +56,30 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class Contradiction:
-    card_ids: tuple[UUID, UUID]  # smaller id first
-    reason: str
+class PendingWrite:
+    """A write the caller made whose events the read models may not hold yet: ``candidate`` is the
+    card it created; ``position`` its notification id."""
+
+    position: int
+    candidate: Candidate
+    #: The write's provenance, for a question narrowed to agents or sessions.
+    agent_id: str | None = None
+    session_id: str | None = None
+
+
+SlotKey = tuple[str, str | None, str | None, str | None, str | None]
+#: What a question can name to be answered first: a slot, or a memory type outside any slot
+#: (``("=type", "blocker")``: "where are we stuck").
+LeadKey = SlotKey | tuple[str, str]
+
+
+def slot_key(card: Candidate) -> SlotKey:
+    """Which slot a state card belongs to: scope, project, group, subject, label."""
+    return (card.scope, card.project_id, card.group_id, card.subject, card.label)
+
+
+def type_key(memory_type: str) -> tuple[str, str]:
+    return ("=type", memory_type)
 
 
 @dataclass(frozen=True)
@@ -87,43 +110,10 @@ def as_ranking(found: Ranking | Sequence[UUID]) -> Ranking:
     return found if isinstance(found, Ranking) else Ranking(found)
 
 
-def rrf(rankings: Rankings, k: int = 60, weights: Mapping[str, float] | None = None) -> dict[UUID, float]:
-    """Reciprocal Rank Fusion that keeps what a route knows about strength: Σ over routes of
-    ``weight × strength / (k + rank)``, rank from 1; repeats in a route count once, at their best
-    rank (the ranks :func:`route_ranks` reports). With every strength and weight 1 it is plain
-    RRF. Ranks alone compress — ranks 1 and 4 of a route differ by under 5 % at k = 60 — so a
-    route that measures how well a card matches says so through the strength. In a ``shared``
-    ranking, cards of the same strength share the rank of the first of them."""
-    scores: dict[UUID, float] = {}
-    for route, found in rankings.items():
-        ranking = as_ranking(found)
-        weight = 1.0 if weights is None else weights.get(route, 1.0)
-        seen: set[UUID] = set()
-        rank, previous = 0, None
-        for index, card_id in enumerate(ranking.ids):
-            if card_id in seen:
-                continue
-            seen.add(card_id)
-            strength = ranking.strength(index)
-            if not ranking.shared or strength != previous:
-                rank, previous = index + 1, strength
-            scores[card_id] = scores.get(card_id, 0.0) + weight * strength / (k + rank)
-    return scores
-
-
 def by_score(scores: Mapping[UUID, float]) -> list[UUID]:
     """Card ids best first; equal scores in id order (a UUID orders by its integer, which compares
     without a call into Python)."""
     return sorted(scores, key=lambda card_id: (-scores[card_id], card_id.int))
-
-
-def route_ranks(rankings: Rankings) -> dict[UUID, dict[str, int]]:
-    """Each card's 1-based rank per route that found it (its best rank there), for ``explain``."""
-    ranks: dict[UUID, dict[str, int]] = {}
-    for route, found in rankings.items():
-        for rank, card_id in enumerate(as_ranking(found).ids, start=1):
-            ranks.setdefault(card_id, {}).setdefault(route, rank)
-    return ranks
 
 
 @dataclass(frozen=True)
@@ -171,7 +161,8 @@ class DecayPolicy:
         return self.floor + (1.0 - self.floor) * fading if self.bounded else fading
 
 
-def _later(*times: datetime | None) -> datetime:
+def later(*times: datetime | None) -> datetime:
+    """The latest of ``times``, those that are None left out."""
     return max(t for t in times if t is not None)
 
 
@@ -181,7 +172,7 @@ def decay_anchor(candidate: Candidate) -> datetime:
     world = candidate.valid_from
     if candidate.kind == "event":
         world = candidate.occurred_at or candidate.valid_from
-    return _later(world or candidate.recorded_at, candidate.verified_at)
+    return later(world or candidate.recorded_at, candidate.verified_at)
 
 
 def age_days(candidate: Candidate, moment: datetime) -> float:
@@ -234,60 +225,6 @@ def scope_boost(
 def drop_superseded(candidates: Iterable[Candidate], as_of: bool) -> list[Candidate]:
     """Superseded cards stay only when the query asks about the past (as-of); order is kept."""
     return [c for c in candidates if as_of or not c.superseded]
-
-
-def _normalised(value: str) -> str:
-    return " ".join(value.split()).casefold()
-
-
-def _pair(a: UUID, b: UUID) -> tuple[UUID, UUID]:
-    return (a, b) if a < b else (b, a)
-
-
-def contradictions(candidates: Iterable[Candidate]) -> list[Contradiction]:
-    """Valid (not superseded) cards in conflict: two single-value state cards of one slot (scope, project,
-    group, subject, label) whose values differ once casefolded and whitespace-normalised, or two cards
-    joined by a ``contradicts`` edge (either direction). Both ends must be among the candidates.
-    One entry per pair, sorted by the pair's ids; a pair found both ways carries both reasons."""
-    valid = {c.card_id: c for c in candidates if not c.superseded}
-    reasons: dict[tuple[UUID, UUID], list[str]] = {}
-    slots: dict[tuple[str, str | None, str | None, str | None, str], list[Candidate]] = {}
-    for card in valid.values():
-        if card.is_single_state and card.label is not None:
-            key = (card.scope, card.project_id, card.group_id, card.subject, card.label)
-            slots.setdefault(key, []).append(card)
-    for (_, _, _, subject, label), cards in slots.items():
-        for i, a in enumerate(cards):
-            for b in cards[i + 1:]:
-                if _normalised(a.value) != _normalised(b.value):
-                    reason = f"same slot {subject}/{label} holds different values"
-                    reasons.setdefault(_pair(a.card_id, b.card_id), []).append(reason)
-    for card in valid.values():
-        for edge, other in card.edges:
-            if edge == "contradicts" and other in valid and other != card.card_id:
-                found = reasons.setdefault(_pair(card.card_id, other), [])
-                if "linked by contradicts" not in found:
-                    found.append("linked by contradicts")
-    return [Contradiction(pair, "; ".join(why)) for pair, why in sorted(reasons.items())]
-
-
-def aging_facts(candidates: Iterable[Candidate], now: datetime, days: int = 180) -> list[UUID]:
-    """Single-value state cards, not superseded, whose later of valid_from (recorded_at when unknown) and
-    verified_at is ≥ ``days`` old; oldest first, then by id."""
-    facts = [c for c in candidates if c.is_single_state and not c.superseded]
-    return _older_than([(_later(c.valid_from or c.recorded_at, c.verified_at), c.card_id) for c in facts],
-                       now, days)
-
-
-def stale_knowledge(candidates: Iterable[Candidate], now: datetime, days: int = 90) -> list[UUID]:
-    """Knowledge cards whose later of recorded_at and verified_at is ≥ ``days`` old; oldest first."""
-    knowledge = [c for c in candidates if c.kind == "knowledge"]
-    return _older_than([(_later(c.recorded_at, c.verified_at), c.card_id) for c in knowledge], now, days)
-
-
-def _older_than(anchors: list[tuple[datetime, UUID]], now: datetime, days: float) -> list[UUID]:
-    limit = timedelta(days=days)
-    return [card_id for anchor, card_id in sorted(anchors) if now - anchor >= limit]
 
 
 def top_n(scored: Mapping[UUID, float], n: int = 5,

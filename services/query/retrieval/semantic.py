@@ -127,7 +127,9 @@ class SemanticRoute(PlainRoute):
 
     def settings(self, ctx: RouteContext) -> Mapping[str, str]:
         # the index is shared by every tenant and model: keep scanning until enough pass the filter
-        return {"hnsw.ef_search": str(candidates(ctx.settings)), "hnsw.iterative_scan": "relaxed_order"}
+        return {"ivfflat.probes": str(ctx.settings.semantic_probes),
+                "ivfflat.iterative_scan": "relaxed_order",
+                "hnsw.ef_search": str(candidates(ctx.settings)), "hnsw.iterative_scan": "relaxed_order"}
 
     def __call__(self, conn: psycopg.Connection[Any], query: RetrievalQuery, ctx: RouteContext,
                  *, below_floor: bool = False, **extra: Any) -> Hits:

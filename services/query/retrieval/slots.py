@@ -29,9 +29,8 @@ from services.query.retrieval.naming import (
     label_text,
     name_slots,
 )
-from services.query.retrieval.postprocess import LeadKey, type_key
 from services.query.retrieval.query import Hits, RetrievalQuery, RouteContext, parameters, scope_of
-from services.query.retrieval.scoring import Ranking
+from services.query.retrieval.scoring import LeadKey, Ranking, type_key
 
 _CATALOGUE = """SELECT slot_id, scope, project_id, group_id, subject, label, cardinality
 FROM {s}.slots s WHERE s.erased_at IS NULL AND s.subject IS NOT NULL AND s.label IS NOT NULL

@@ -24,6 +24,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
@@ -42,17 +43,22 @@ from services.query.retrieval.query import (
     scope_of,
 )
 
-_WEIGHED = """WITH q(term, unit) AS (SELECT * FROM unnest(%(words)s::text[], %(units)s::int[])),
-per_card AS MATERIALIZED (
-    SELECT m.card_id, m.unit, max(m.recorded_at) AS recorded_at FROM (
-        SELECT t.card_id, q.unit, t.recorded_at FROM {s}.card_terms t JOIN q ON q.term = t.term
-        WHERE t.term = ANY(%(words)s::text[]) AND {live}{scope}{mentions}) AS m
-    GROUP BY m.card_id, m.unit),
-units AS (SELECT unit, ln(1 + (%(total)s::float8 - count(*) + 0.5) / (count(*) + 0.5)) AS weight
-          FROM per_card GROUP BY unit)
-SELECT p.card_id, sum(u.weight) AS weight, max(p.recorded_at) AS recorded_at,
-       (SELECT sum(weight) FROM units) AS found, (SELECT array_agg(unit) FROM units) AS found_units
-FROM per_card p JOIN units u USING (unit) GROUP BY p.card_id"""
+#: A unit's cards: those of the units read whole (``read``), and of every other unit only the
+#: cards the read ones found (``probed``). A unit's weight comes with it (:class:`Frequencies`).
+_WEIGHED = """WITH q(term, unit, weight) AS (
+    SELECT * FROM unnest(%(words)s::text[], %(units)s::int[], %(weights)s::float8[])),
+found AS MATERIALIZED (
+    SELECT t.card_id, q.unit, q.weight, t.recorded_at FROM {s}.card_terms t JOIN q ON q.term = t.term
+    WHERE t.term = ANY(%(read)s::text[]) AND {live}{scope}{mentions_read}),
+probed AS (
+    SELECT t.card_id, q.unit, q.weight, t.recorded_at FROM {s}.card_terms t JOIN q ON q.term = t.term
+    WHERE t.term = ANY(%(probed)s::text[]) AND t.card_id = ANY(ARRAY(SELECT card_id FROM found))
+      AND {live}{scope}{mentions_probed}),
+per_card AS (
+    SELECT card_id, unit, max(weight) AS weight, max(recorded_at) AS recorded_at
+    FROM (SELECT * FROM found UNION ALL SELECT * FROM probed) AS x GROUP BY card_id, unit)
+SELECT card_id, sum(weight) AS weight, max(recorded_at) AS recorded_at, array_agg(unit) AS found_units
+FROM per_card GROUP BY card_id"""
 
 #: One unit: every hit holds all the query's weight, so nothing needs weighing.
 _ONE_UNIT = """SELECT card_id, 1::float8 AS weight, recorded_at FROM (
@@ -67,15 +73,23 @@ JOIN {s}.cards c ON c.card_id = hits.card_id WHERE {visible}
 ORDER BY hits.weight DESC, hits.recorded_at DESC, c.card_id LIMIT %(limit)s"""
 
 #: Cards whose text mentions a subject's Chinese name: all of its character pairs, through the
-#: bigrams index (jieba cuts a name it does not know into characters, which are no terms).
+#: bigrams index (jieba cuts a name it does not know into characters, which are no terms); read
+#: whole, or only on the cards the read units found.
 _MENTION = """
-    UNION ALL SELECT c.card_id, {unit}, c.recorded_at FROM {s}.cards c
-    WHERE c.bigrams @> {pairs}::text[] AND {seen}"""
+    UNION ALL SELECT c.card_id, {unit}, {weight}, c.recorded_at FROM {s}.cards c
+    WHERE c.bigrams @> {pairs}::text[] AND {seen}{among}"""
 
 #: The N of the weights: the tenant's valid cards, counted from the ``cards_current`` index alone
 #: (its predicate; an erased card, rare, still counts) — a scan of ``cards`` costs a page per few
 #: cards (about 160 ms at 100k cards against 6 ms).
 _TOTAL = "SELECT count(*) AS n FROM {s}.cards c WHERE c.retracted_at IS NULL AND c.valid_to IS NULL"
+
+#: How many of the tenant's current cards hold each word (from the words index alone), and
+#: mention each name (through the bigrams index).
+_TERM_COUNTS = """SELECT t.term AS word, count(*) AS n FROM {s}.card_terms t
+WHERE t.term = ANY(%(terms)s::text[]) AND t.live GROUP BY t.term"""
+_NAME_COUNT = """SELECT count(*) AS n FROM {s}.cards c WHERE c.bigrams @> %(pairs)s::text[]
+  AND c.erased_at IS NULL AND """ + predicates.CURRENT
 
 #: Terms of a query beyond this many are not matched (the first ones are).
 MAX_TERMS = 32
@@ -113,29 +127,69 @@ def units(text: str, subjects: Collection[str] = (), lexicon: bool = True,
     return words, unit_of, names
 
 
-class TenantTotals:
-    """How many valid cards each tenant has (the N of inverse document frequency), counted at most
-    once per ``ttl`` seconds: a count moves the weights little, and costs a scan."""
+class Counts:
+    """Counts that move the weights little, read at most once per ``ttl`` seconds per tenant:
+    how many valid cards the tenant has (the N of inverse document frequency) and how many
+    hold each word or mention each name (a unit's document frequency)."""
 
-    def __init__(self, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, ttl: float = 60.0, clock: Callable[[], float] = time.monotonic,
+                 size: int = 100_000) -> None:
         self.ttl = ttl
         self.clock = clock
-        self._counts: dict[str, tuple[float, int]] = {}
+        self.size = size
+        self._counts: dict[tuple[str, str, str], tuple[float, int]] = {}
         self._lock = threading.Lock()
 
-    def get(self, conn: psycopg.Connection[Any], ctx: RouteContext, tenant_id: str) -> int:
-        now = self.clock()
-        with self._lock:
-            cached = self._counts.get(tenant_id)
-        if cached is not None and now - cached[0] < self.ttl:
-            return cached[1]
+    def total(self, conn: psycopg.Connection[Any], ctx: RouteContext, tenant_id: str) -> int:
+        return self._get(tenant_id, "total", [""], lambda _: self._read_total(conn, ctx))[""]
+
+    def terms(self, conn: psycopg.Connection[Any], ctx: RouteContext, tenant_id: str,
+              words: Collection[str]) -> dict[str, int]:
+        def read(missing: list[str]) -> dict[str, int]:
+            rows = conn.execute(sql.SQL(_TERM_COUNTS).format(s=ctx.s), {"terms": missing})
+            return {word: 0 for word in missing} | {row["word"]: int(row["n"]) for row in rows}
+        return self._get(tenant_id, "term", words, read)
+
+    def names(self, conn: psycopg.Connection[Any], ctx: RouteContext, tenant_id: str,
+              names: Collection[str]) -> dict[str, int]:
+        def read(missing: list[str]) -> dict[str, int]:
+            statement = sql.SQL(_NAME_COUNT).format(s=ctx.s)
+            counted = {}
+            for name in missing:
+                row = conn.execute(statement, {"pairs": list(cjk_bigrams(name))}).fetchone()
+                counted[name] = int(row["n"]) if row else 0
+            return counted
+        return self._get(tenant_id, "name", names, read)
+
+    def _read_total(self, conn: psycopg.Connection[Any], ctx: RouteContext) -> dict[str, int]:
         row = conn.execute(sql.SQL(_TOTAL).format(s=ctx.s)).fetchone()
-        count = int(row["n"]) if row else 0
+        return {"": int(row["n"]) if row else 0}
+
+    def _get(self, tenant_id: str, kind: str, keys: Collection[str],
+             read: Callable[[list[str]], dict[str, int]]) -> dict[str, int]:
+        now = self.clock()
+        found, missing = {}, []
         with self._lock:
-            if len(self._counts) > 10_000:
+            for key in dict.fromkeys(keys):
+                cached = self._counts.get((tenant_id, kind, key))
+                if cached is not None and now - cached[0] < self.ttl:
+                    found[key] = cached[1]
+                else:
+                    missing.append(key)
+        if not missing:
+            return found
+        counted = read(missing)
+        with self._lock:
+            if len(self._counts) + len(counted) > self.size:
                 self._counts.clear()
-            self._counts[tenant_id] = (now, count)
-        return count
+            for key, count in counted.items():
+                self._counts[(tenant_id, kind, key)] = (now, count)
+        return found | counted
+
+
+def idf(total: int, frequency: int) -> float:
+    """BM25's inverse document frequency of a unit on ``frequency`` of ``total`` cards."""
+    return math.log(1 + (max(total, 1) - frequency + 0.5) / (frequency + 0.5))
 
 
 #: The subjects of a tenant's slots the query may see (the slot stage's catalogue).
@@ -146,7 +200,7 @@ class TagsRoute(PlainRoute):
     name = "tags"
 
     def __init__(self, subjects: Subjects | None = None) -> None:
-        self.totals = TenantTotals()
+        self.counts = Counts()
         self.subjects = subjects
 
     def idle(self, query: RetrievalQuery, **extra: Any) -> str | None:
@@ -159,30 +213,96 @@ class TagsRoute(PlainRoute):
         words, unit_of, names = units(query.words, named, ctx.settings.lexicon)
         if not words:
             return Hits([], "no terms in the query")
-        pairs = {f"pairs{unit}": list(cjk_bigrams(name)) for unit, name in enumerate(names)
-                 if name in {n for subject in named for n in subject_terms(subject)}}
+        mentioned = {unit: name for unit, name in enumerate(names)
+                     if name in {n for subject in named for n in subject_terms(subject)}}
+        live = sql.SQL("true" if query.as_of else "t.live")
+        scope = sql.SQL(" AND ") + scope_of("t")
+        note = "terms: " + " | ".join(names)
+        if len(names) == 1 and not mentioned:
+            weighed: sql.Composable = sql.SQL(_ONE_UNIT).format(s=ctx.s, live=live, scope=scope)
+            rows = self._rows(conn, ctx, query, weighed, {"words": words})
+            return Hits([row["card_id"] for row in rows], note, [1.0] * len(rows))
+        total = max(self.counts.total(conn, ctx, tenant_id), 1)
+        plan = Plan.of(words, unit_of, names, mentioned, total, ctx.settings.tags_common,
+                       self.counts.terms(conn, ctx, tenant_id, words),
+                       self.counts.names(conn, ctx, tenant_id, mentioned.values()))
         seen = (predicates.not_erased() + sql.SQL(" AND ")
                 + (sql.SQL("true") if query.as_of else predicates.current())
                 + sql.SQL(" AND ") + scope_of("c"))
-        mentions = sql.SQL("").join(
-            sql.SQL(_MENTION).format(unit=sql.Literal(int(key[5:])), s=ctx.s, pairs=sql.Placeholder(key),
-                                     seen=seen) for key in pairs)
-        live = sql.SQL("true" if query.as_of else "t.live")
-        one_unit = len(names) == 1 and not pairs
-        weighed = (sql.SQL(_ONE_UNIT).format(s=ctx.s, live=live, scope=sql.SQL(" AND ") + scope_of("t"))
-                   if one_unit else
-                   sql.SQL(_WEIGHED).format(s=ctx.s, live=live, scope=sql.SQL(" AND ") + scope_of("t"),
-                                            mentions=mentions))
-        statement = (sql.SQL(_AS_OF).format(weighed=weighed, s=ctx.s, visible=ctx.visible(query))
-                     if query.as_of else sql.SQL(_CURRENT).format(weighed=weighed))
-        total = self.totals.get(conn, ctx, tenant_id)
-        rows = conn.execute(statement, {
-            **parameters(query), **pairs, "words": words, "units": unit_of, "total": max(total, 1),
-            "limit": ctx.settings.tags_limit}).fetchall()
+
+        def mentions(read: bool) -> sql.Composable:
+            return sql.SQL("").join(sql.SQL(_MENTION).format(
+                unit=sql.Literal(unit), weight=sql.Literal(plan.weights[unit]), s=ctx.s,
+                pairs=sql.Placeholder(f"pairs{unit}"), seen=seen,
+                among=sql.SQL("" if read else " AND c.card_id = ANY(ARRAY(SELECT card_id FROM found))"))
+                for unit in mentioned if (unit in plan.read) == read)
+
+        weighed = sql.SQL(_WEIGHED).format(s=ctx.s, live=live, scope=scope, mentions_read=mentions(True),
+                                           mentions_probed=mentions(False))
+        rows = self._rows(conn, ctx, query, weighed, {
+            "words": words, "units": unit_of, "weights": [plan.weights[u] for u in unit_of],
+            "read": plan.words(words, unit_of, read=True),
+            "probed": plan.words(words, unit_of, read=False),
+            **{f"pairs{unit}": list(cjk_bigrams(name)) for unit, name in mentioned.items()}})
         # a lone CJK character counts only where a card is tagged with it
         counted = [i for i, name in enumerate(names) if not _single_han(name)]
-        strengths = [1.0 if one_unit else _strength(row, total, counted) for row in rows]
-        return Hits([row["card_id"] for row in rows], "terms: " + " | ".join(names), strengths)
+        strengths = [plan.strength(row, total, counted) for row in rows]
+        return Hits([row["card_id"] for row in rows], note + plan.note(names), strengths)
+
+    def _rows(self, conn: psycopg.Connection[Any], ctx: RouteContext, query: RetrievalQuery,
+              weighed: sql.Composable, values: dict[str, Any]) -> list[dict[str, Any]]:
+        statement = (sql.SQL(_AS_OF).format(weighed=weighed, s=ctx.s, visible=ctx.visible(query))
+                     if query.as_of else sql.SQL(_CURRENT).format(weighed=weighed))
+        return conn.execute(statement, {**parameters(query), **values,
+                                        "limit": ctx.settings.tags_limit}).fetchall()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Which units are read whole and which only counted on the cards those found, and each
+    unit's weight. A unit on at most ``common`` cards is read whole; a commoner one (a person's
+    name on thousands of cards) is counted only on the cards a rarer unit found, so the route
+    reads rows in proportion to its rarest words, not its commonest. When every unit is common
+    the rarest is read whole. A name mentioned in cards' text is read whole when it is on no more
+    cards than those read (checking it on a card reads the card's row)."""
+
+    weights: dict[int, float]
+    read: frozenset[int]
+    #: The units some card holds, and their summed weight.
+    found: frozenset[int]
+
+    @classmethod
+    def of(cls, words: list[str], unit_of: list[int], names: list[str], mentioned: dict[int, str],
+           total: int, common: int, term_counts: dict[str, int], name_counts: dict[str, int]) -> Plan:
+        frequency = dict.fromkeys(range(len(names)), 0)
+        for word, unit in zip(words, unit_of, strict=True):
+            frequency[unit] += term_counts.get(word, 0)  # a card holding two words of one unit: rare
+        for unit, name in mentioned.items():
+            frequency[unit] += name_counts.get(name, 0)
+        found = frozenset(unit for unit, n in frequency.items() if n > 0)
+        rare = frozenset(unit for unit in found if frequency[unit] <= common)
+        read = rare or frozenset(sorted(found, key=lambda unit: (frequency[unit], unit))[:1])
+        # a name is checked in a card's own row: cheaper read whole than on more cards found
+        read |= {unit for unit in mentioned if unit in found
+                 and frequency[unit] <= sum(frequency[u] for u in read)}
+        weights = {unit: idf(total, n) for unit, n in frequency.items()}
+        return cls(weights, read, found)
+
+    def words(self, words: list[str], unit_of: list[int], *, read: bool) -> list[str]:
+        return [word for word, unit in zip(words, unit_of, strict=True)
+                if (unit in self.read) == read and unit in self.found]
+
+    def strength(self, row: dict[str, Any], total: int, counted: list[int]) -> float:
+        """The share of the query's unit weight a card holds. A unit no card holds (a word only
+        the fuzzy route may find) counts as if one card held it: a card holding one word of a
+        question of four is no full match."""
+        unknown = len(set(counted) - self.found)
+        held = sum(self.weights[unit] for unit in self.found)
+        return min(1.0, row["weight"] / max(held + unknown * idf(total, 1), 1e-9))
+
+    def note(self, names: list[str]) -> str:
+        counted = [names[unit] for unit in sorted(self.found - self.read)]
+        return f"; counted where a rarer one is: {' | '.join(counted)}" if counted else ""
 
 
 def named_in(text: str, subjects: Collection[str]) -> set[str]:
@@ -190,15 +310,6 @@ def named_in(text: str, subjects: Collection[str]) -> set[str]:
     folded = fold(text)
     return {s for s in subjects if (names := subject_terms(s)) and len(names) == 1
             and not names[0].isascii() and names[0] in folded}
-
-
-def _strength(row: dict[str, Any], total: int, counted: list[int]) -> float:
-    """The share of the query's unit weight a card holds. A unit no card holds (a word only the
-    fuzzy route may find) counts as if one card held it: a card holding one word of a question
-    of four is no full match."""
-    unknown = len(set(counted) - set(row["found_units"] or ()))
-    rarest = math.log(1 + (max(total, 1) - 0.5) / 1.5)
-    return min(1.0, row["weight"] / max(row["found"] + unknown * rarest, 1e-9))
 
 
 def _single_han(term: str) -> bool:

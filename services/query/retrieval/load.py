@@ -1,12 +1,15 @@
-"""Loading what the routes found, in two statements: the card as the query sees it (the current row,
-or for an as-of query the version known then) with its ``contradicts`` edges; and the pending
-arbitration cases of the returned cards' slots. A tombstone (an erased card) is never loaded, so
-no route's find of one reaches an answer; a case shows no erased value. Nor is a card outside the
-query's narrowing (subjects, a namespace, agents, sessions), whichever route found it."""
+"""Loading the candidates (DESIGN §3): the best fused first, only as many as can still reach the
+top, ranked as they come (``rank``), then the cards that would share an alert with a chosen one.
+Each load is two statements: the cards as the query sees them (the current row, or for an as-of
+query the version known then) and their ``contradicts`` edges. A tombstone (an erased card) is
+never loaded, so no route's find of one reaches an answer; nor is a card outside the query's
+narrowing (subjects, a namespace, agents, sessions), whichever route found it.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 from uuid import UUID
 
@@ -14,9 +17,66 @@ import psycopg
 from psycopg import sql
 
 from projections.predicates import CURRENT, NOT_ERASED, SUPERSEDED_AS_OF, VERSION_AS_OF, narrowed
+from services.query.retrieval.fuse import Fused
 from services.query.retrieval.query import RetrievalQuery, RouteContext, parameters
-from services.query.retrieval.results import ArbitrationAlert
-from services.query.retrieval.scoring import Candidate
+from services.query.retrieval.rank import Ranked
+from services.query.retrieval.scoring import Candidate, by_score
+from services.query.retrieval.tuning import Tuning
+
+#: Candidates loaded before the first ranking: at least this many, or this many per result asked.
+LOAD_FIRST, LOAD_PER_RESULT = 40, 8
+
+#: The rank stage for one question, over the candidates loaded so far.
+Rank = Callable[[Fused, Mapping[UUID, Candidate]], Ranked]
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """The rows of the cards loaded, as an answer shows them, and their ranking."""
+
+    records: dict[UUID, dict[str, Any]]
+    ranked: Ranked
+
+
+def load(conn: psycopg.Connection[Any], ctx: RouteContext, query: RetrievalQuery, fused: Fused,
+         rank: Rank, tuning: Tuning, first: Sequence[UUID] = ()) -> Loaded:
+    """Load the candidates — the named slots' cards (``first``), then the best fused — and
+    only as many as can still reach the top: decay never raises a score and no card is
+    boosted more than the query's largest scope boost, so a card left unloaded scores at most
+    its fused score times that boost. While the last card chosen on its score does not beat
+    that for the best card left, as many again are loaded. Then the cards that would share an
+    alert with a chosen one (its slot, a ``contradicts`` edge) are loaded too. ``explain``
+    loads every candidate, for the trace."""
+    order = list(dict.fromkeys([*first, *by_score(fused.scores)]))
+    top = query.top_n or tuning.top_n
+    loaded = len(order) if query.explain else max(LOAD_FIRST, LOAD_PER_RESULT * top) + len(first)
+    candidates, records = load_candidates(conn, ctx, query, order[:loaded])
+    ranked = rank(fused, candidates)
+    largest = tuning.boosts.largest(query.project_id)
+    while loaded < len(order) and (len(ranked.chosen) < top or _last_scored(ranked)
+                                   <= fused.scores.get(order[loaded], 0.0) * largest):
+        more, more_records = load_candidates(conn, ctx, query, order[loaded:2 * loaded])
+        candidates, records, loaded = candidates | more, records | more_records, 2 * loaded
+        ranked = rank(fused, candidates)
+    rest = order[loaded:]
+    if not rest:
+        return Loaded(records, ranked)
+    chosen = [card_id for card_id, _ in ranked.chosen if card_id in records]
+    slots = [records[card_id]["aggregate_id"] for card_id in chosen
+             if ranked.candidates[card_id].is_single_state]
+    partners = alert_partners(conn, ctx, chosen, slots, rest)
+    if not partners:
+        return Loaded(records, ranked)
+    more, more_records = load_candidates(conn, ctx, query, partners)
+    return Loaded(records | more_records, rank(fused, candidates | more))
+
+
+def _last_scored(ranked: Ranked) -> float:
+    """The lowest score among the cards chosen on their score (the named slots' lead whatever
+    their scores)."""
+    scored = [score for card_id, score in ranked.chosen if card_id not in ranked.led]
+    return min(scored, default=float("inf"))
+
 
 _FIELDS = """c.card_id, c.aggregate_id, c.kind, c.memory_type, c.scope, c.project_id, c.group_id,
     c.subject, c.label, c.cardinality, {value} AS value, {title} AS title, {status} AS status,
@@ -47,6 +107,8 @@ WHERE dst_id = ANY(%(ids)s::uuid[]) AND edge = 'contradicts'"""
 
 def load_candidates(conn: psycopg.Connection[Any], ctx: RouteContext, query: RetrievalQuery,
                     ids: Collection[UUID]) -> tuple[dict[UUID, Candidate], dict[UUID, dict[str, Any]]]:
+    """The cards ``ids`` as the query sees them: as candidates to rank, and as the rows an answer
+    shows."""
     if not ids:
         return {}, {}
     statement = sql.SQL(_AS_OF if query.as_of else _CURRENT).format(s=ctx.s) + narrowed(
@@ -94,23 +156,3 @@ def alert_partners(conn: psycopg.Connection[Any], ctx: RouteContext, chosen: Col
         "slots": list(slots), "chosen": list(chosen)}).fetchall()
     found = {row["card_id"] for row in rows}
     return [card_id for card_id in others if card_id in found]
-
-
-_ARBITRATIONS = """SELECT case_id, slot_id, subject, label,
-    array_remove(current_values, NULL) AS current_values, proposed_value, reason,
-    opened_at FROM {s}.arbitration_queue
-WHERE slot_id = ANY(%(slots)s::uuid[]) AND opened_at <= %(known_at)s::timestamptz
-  AND proposed_value IS NOT NULL AND subject IS NOT NULL AND label IS NOT NULL
-  AND (decided_at IS NULL OR decided_at > %(known_at)s::timestamptz)
-ORDER BY opened_at, case_id"""
-
-
-def load_arbitrations(conn: psycopg.Connection[Any], ctx: RouteContext, query: RetrievalQuery,
-                      slots: Iterable[UUID]) -> list[ArbitrationAlert]:
-    """Cases undecided at the query's knowledge time on these slots."""
-    wanted = list(dict.fromkeys(slots))
-    if not wanted:
-        return []
-    rows = conn.execute(sql.SQL(_ARBITRATIONS).format(s=ctx.s),
-                        {"slots": wanted, "known_at": query.window[1]}).fetchall()
-    return [ArbitrationAlert(**row) for row in rows]

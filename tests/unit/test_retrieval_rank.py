@@ -1,63 +1,31 @@
-"""The read path after the routes: the order of the post-processing steps and the trace each one leaves."""
+"""Ranking the loaded candidates: the order of its steps and the trace each one leaves."""
 
 import math
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
 from typing import Any
 from uuid import UUID
 
 import pytest
 
-from services.query.retrieval.postprocess import PendingWrite, Tuning, overlay, process, slot_key, type_key
-from services.query.retrieval.scoring import Candidate, Contradiction, DecayPolicy, Ranking
+from services.query.retrieval.rank import overlay
+from services.query.retrieval.scoring import Candidate, DecayPolicy, PendingWrite, Ranking, slot_key, type_key
+from services.query.retrieval.tuning import Tuning
+from tests.unit.retrieval_support import NOW, ago, by_id, card, event, flagged, ids, labelled, run
 
-NOW = datetime(2026, 11, 1, 12, tzinfo=UTC)
 A, B, C, D, E, F = (UUID(int=n) for n in range(1, 7))
 NEW, NEWER = UUID(int=100), UUID(int=101)
-
-
-def ago(days: float) -> datetime:
-    return NOW - timedelta(days=days)
-
-
-def card(card_id: UUID, **fields: Any) -> Candidate:
-    base: dict[str, Any] = dict(
-        card_id=card_id, kind="state", cardinality="single_value", scope="personal", project_id=None,
-        subject="user", label="address", value="Taipei", valid_from=NOW, valid_to=None, occurred_at=None,
-        recorded_at=NOW, verified_at=None, superseded=False,
-    )
-    base.update(fields)
-    return Candidate(**base)
-
-
-def labelled(card_id: UUID, **fields: Any) -> Candidate:
-    """A single-value card in a slot of its own, so that no two of them contradict."""
-    return card(card_id, label=f"label-{card_id.int}", **fields)
-
-
-def by_id(*cards: Candidate) -> dict[UUID, Candidate]:
-    return {c.card_id: c for c in cards}
-
-
-def run(rankings: dict[str, Any], cards: dict[UUID, Candidate], **options: Any) -> Any:
-    options = {"now": NOW, "as_of": False, "current_project": None, **options}
-    return process(rankings, cards, **options)
-
-
-def ids(outcome: Any) -> list[UUID]:
-    return [card_id for card_id, _ in outcome.ranked]
 
 
 class TestFusion:
     def test_scores_are_rrf_when_nothing_decays_or_boosts(self) -> None:
         cards = by_id(labelled(A, scope="group", group_id="g"), labelled(B, scope="group", group_id="g"))
         outcome = run({"semantic": [A, B], "tags": [B]}, cards)
-        assert outcome.ranked == [(B, pytest.approx(1 / 62 + 1 / 61)), (A, pytest.approx(1 / 61))]
+        assert outcome.chosen == [(B, pytest.approx(1 / 62 + 1 / 61)), (A, pytest.approx(1 / 61))]
 
     def test_rrf_k_comes_from_the_tuning(self) -> None:
         cards = by_id(labelled(A, scope="group", group_id="g"))
         outcome = run({"semantic": [A]}, cards, tuning=Tuning(rrf_k=1))
-        assert outcome.ranked == [(A, pytest.approx(0.5))]
+        assert outcome.chosen == [(A, pytest.approx(0.5))]
 
     def test_ids_a_route_found_but_the_loader_did_not_return_are_ignored(self) -> None:
         outcome = run({"semantic": [C, A]}, by_id(labelled(A)))
@@ -66,12 +34,9 @@ class TestFusion:
 
     def test_no_rankings_give_an_empty_outcome(self) -> None:
         outcome = run({}, by_id(labelled(A)))
-        assert (outcome.ranked, outcome.contradictions, outcome.aging, outcome.stale) == ([], [], [], [])
-
-
-def event(card_id: UUID, days: float, **fields: Any) -> Candidate:
-    return card(card_id, kind="event", cardinality=None, label=None, subject=None,
-                occurred_at=ago(days), valid_from=ago(days), **fields)
+        alerts = flagged({}, by_id(labelled(A)))
+        assert (outcome.chosen, alerts.contradictions, alerts.aging_facts, alerts.stale_knowledge) == (
+            [], [], [], [])
 
 
 def fading(rate: float, days: float) -> float:
@@ -81,13 +46,13 @@ def fading(rate: float, days: float) -> float:
 class TestDecay:
     def test_the_score_is_rrf_times_the_bounded_decay_factor(self) -> None:
         outcome = run({"semantic": [A]}, by_id(event(A, 10, scope="group", group_id="g")))
-        assert outcome.ranked[0][1] == pytest.approx(1 / 61 * fading(0.01, 10))
+        assert outcome.chosen[0][1] == pytest.approx(1 / 61 * fading(0.01, 10))
 
     def test_the_valid_value_of_a_slot_is_not_decayed_for_its_age(self) -> None:
         """The measured cause: ×0.05 for a 150-day-old address sank it under fresh noise."""
         address = labelled(A, scope="group", group_id="g", valid_from=ago(150))
         outcome = run({"semantic": [A]}, by_id(address))
-        assert outcome.ranked[0][1] == pytest.approx(1 / 61)
+        assert outcome.chosen[0][1] == pytest.approx(1 / 61)
         assert outcome.trace[A]["decay"]["factor"] == 1.0
         assert outcome.trace[A]["decay"]["exempt"] == "the slot's valid value"
 
@@ -121,7 +86,7 @@ class TestDecay:
     def test_the_decay_policy_comes_from_the_tuning(self) -> None:
         cards = by_id(event(A, 10, scope="group", group_id="g"))
         outcome = run({"semantic": [A]}, cards, tuning=Tuning(decay=DecayPolicy(event=0.1, floor=0.0)))
-        assert outcome.ranked[0][1] == pytest.approx(1 / 61 * math.exp(-1.0))
+        assert outcome.chosen[0][1] == pytest.approx(1 / 61 * math.exp(-1.0))
 
     def test_unbounded_decay_buries_the_old_address_as_it_used_to(self) -> None:
         cards = by_id(labelled(A, valid_from=ago(150)), event(B, 1))
@@ -133,12 +98,12 @@ class TestStrengths:
     def test_a_route_s_strength_scales_its_contribution(self) -> None:
         cards = by_id(labelled(A, scope="group", group_id="g"), labelled(B, scope="group", group_id="g"))
         outcome = run({"tags": Ranking([A, B], [0.25, 1.0])}, cards)
-        assert outcome.ranked == [(B, pytest.approx(1 / 62)), (A, pytest.approx(0.25 / 61))]
+        assert outcome.chosen == [(B, pytest.approx(1 / 62)), (A, pytest.approx(0.25 / 61))]
 
     def test_route_weights_come_from_the_tuning(self) -> None:
         cards = by_id(labelled(A, scope="group", group_id="g"), labelled(B, scope="group", group_id="g"))
         outcome = run({"graph": [A], "tags": [B]}, cards, tuning=Tuning(weights={"graph": 0.3}))
-        assert outcome.ranked == [(B, pytest.approx(1 / 61)), (A, pytest.approx(0.3 / 61))]
+        assert outcome.chosen == [(B, pytest.approx(1 / 61)), (A, pytest.approx(0.3 / 61))]
 
 
 class TestLeads:
@@ -176,7 +141,7 @@ class TestScopeBoost:
     def test_the_current_project_outranks_a_better_ranked_personal_card(self) -> None:
         outcome = run({"semantic": [A, B]}, self.cards(), current_project="fibon")
         assert ids(outcome) == [B, A]
-        assert outcome.ranked[0][1] == pytest.approx(1.2 / 62)
+        assert outcome.chosen[0][1] == pytest.approx(1.2 / 62)
 
     def test_another_projects_card_stays_below_personal(self) -> None:
         assert ids(run({"semantic": [B, A]}, self.cards(), current_project="3ngram")) == [A, B]
@@ -274,7 +239,7 @@ class TestOverlay:
         cards = by_id(card(A, value="Kyoto"), labelled(B), labelled(C))
         outcome = run({"semantic": [A, B, C]}, cards, pending=[PendingWrite(9, card(NEW, value="Osaka"))])
         assert ids(outcome) == [NEW, B, C]
-        assert outcome.ranked[0][1] == pytest.approx(1.1 / 61)
+        assert outcome.chosen[0][1] == pytest.approx(1.1 / 61)
         assert outcome.trace[A]["superseded"] == "dropped"
         assert "unprojected write" in outcome.trace[A]["overlay"]
         assert "not projected yet" in outcome.trace[NEW]["overlay"]
@@ -282,15 +247,16 @@ class TestOverlay:
 
     def test_the_write_settles_a_slot_contradiction(self) -> None:
         cards = by_id(card(A, value="Kyoto"), card(B, value="Taipei"))
-        assert len(run({"semantic": [A, B]}, cards).contradictions) == 1
-        outcome = run({"semantic": [A, B]}, cards, pending=[PendingWrite(1, card(NEW, value="Osaka"))])
-        assert outcome.contradictions == []
-        assert ids(outcome) == [NEW]
+        assert len(flagged({"semantic": [A, B]}, cards).contradictions) == 1
+        pending = [PendingWrite(1, card(NEW, value="Osaka"))]
+        assert flagged({"semantic": [A, B]}, cards, pending=pending).contradictions == []
+        assert ids(run({"semantic": [A, B]}, cards, pending=pending)) == [NEW]
 
     def test_a_pending_multi_value_write_leaves_the_outcome_as_it_was(self) -> None:
         cards = by_id(card(A, cardinality="multi_value", label="skills", value="Go"), labelled(B))
         pending = [PendingWrite(1, card(NEW, cardinality="multi_value", label="skills", value="Rust"))]
         assert run({"semantic": [A, B]}, cards, pending=pending) == run({"semantic": [A, B]}, cards)
+        assert flagged({"semantic": [A, B]}, cards, pending=pending) == flagged({"semantic": [A, B]}, cards)
 
     def test_an_as_of_query_ignores_pending_writes(self) -> None:
         cards = by_id(card(A, value="Kyoto", valid_from=ago(400)))
@@ -303,7 +269,7 @@ class TestOverlay:
     def test_a_loaded_card_no_route_ranked_does_not_break_the_overlay(self) -> None:
         cards = by_id(card(A, value="Kyoto"), card(B, value="Taipei"))
         outcome = run({"semantic": [A]}, cards, pending=[PendingWrite(1, card(NEW, value="Osaka"))])
-        assert outcome.ranked == [(NEW, pytest.approx(1.1 / 61))]
+        assert outcome.chosen == [(NEW, pytest.approx(1.1 / 61))]
 
 
 class TestTopN:
@@ -317,76 +283,13 @@ class TestTopN:
         assert ids(run(self.rankings(), self.cards())) == [UUID(int=n) for n in range(1, 6)]
 
     def test_the_query_top_wins_over_the_tuning(self) -> None:
-        assert len(run(self.rankings(), self.cards(), tuning=Tuning(top_n=3)).ranked) == 3
-        assert len(run(self.rankings(), self.cards(), tuning=Tuning(top_n=3), top=7).ranked) == 7
+        assert len(run(self.rankings(), self.cards(), tuning=Tuning(top_n=3)).chosen) == 3
+        assert len(run(self.rankings(), self.cards(), tuning=Tuning(top_n=3), top=7).chosen) == 7
 
     def test_cards_below_the_cut_say_so_in_the_trace(self) -> None:
         outcome = run(self.rankings(), self.cards(), top=2)
         assert outcome.trace[C]["final"] == "below the top n"
         assert outcome.trace[B]["final"] == {"rank": 2, "score": pytest.approx(1.1 / 62, abs=1e-6)}
-
-
-class TestContradictions:
-    def cards(self) -> dict[UUID, Candidate]:
-        return by_id(card(A, value="Kyoto"), card(D, value="Taipei"),
-                     card(B, label="job", value="chef"), card(C, label="job", value="pilot"))
-
-    def test_reported_when_one_end_is_in_the_top_n(self) -> None:
-        outcome = run({"semantic": [A, B, C, D]}, self.cards(), top=1)
-        assert [c.card_ids for c in outcome.contradictions] == [(A, D)]
-        assert "user/address" in outcome.contradictions[0].reason
-
-    def test_a_pair_wholly_below_the_cut_is_not_reported(self) -> None:
-        outcome = run({"semantic": [A, D, B, C]}, self.cards(), top=2)
-        assert [c.card_ids for c in outcome.contradictions] == [(A, D)]
-
-    def test_a_contradicts_edge_to_a_card_below_the_cut_is_reported(self) -> None:
-        cards = by_id(labelled(A, kind="knowledge", cardinality=None, edges=(("contradicts", B),)),
-                      labelled(B, kind="knowledge", cardinality=None))
-        assert run({"semantic": [A, B]}, cards, top=1).contradictions == [
-            Contradiction((A, B), "linked by contradicts")]
-
-    def test_a_dropped_superseded_card_contradicts_nothing(self) -> None:
-        cards = by_id(card(A, value="Kyoto"), card(B, value="Taipei", superseded=True))
-        assert run({"semantic": [A, B]}, cards).contradictions == []
-
-
-class TestAgingAndFreshness:
-    def test_a_returned_single_value_fact_of_180_days_is_aging(self) -> None:
-        cards = by_id(labelled(A, valid_from=ago(180)), labelled(B, valid_from=ago(179)))
-        assert run({"semantic": [A, B]}, cards).aging == [A]
-
-    def test_aging_counts_from_the_reference_time(self) -> None:
-        cards = by_id(labelled(A, valid_from=ago(200)))
-        assert run({"semantic": [A]}, cards, now=ago(100), as_of=True).aging == []
-
-    def test_an_aging_fact_below_the_top_n_is_not_reported(self) -> None:
-        cards = by_id(labelled(A), labelled(B, valid_from=ago(300)))
-        assert run({"semantic": [A, B]}, cards, top=1).aging == []
-
-    def test_verification_resets_the_aging_clock(self) -> None:
-        cards = by_id(labelled(A, valid_from=ago(300), verified_at=ago(10)))
-        assert run({"semantic": [A]}, cards).aging == []
-
-    def test_the_aging_threshold_comes_from_the_tuning(self) -> None:
-        cards = by_id(labelled(A, valid_from=ago(30)))
-        assert run({"semantic": [A]}, cards, tuning=Tuning(aging_days=30)).aging == [A]
-
-    def knowledge(self, card_id: UUID, **fields: Any) -> Candidate:
-        return labelled(card_id, kind="knowledge", cardinality=None, valid_from=None, **fields)
-
-    def test_knowledge_unverified_for_90_days_is_stale(self) -> None:
-        cards = by_id(self.knowledge(A, recorded_at=ago(90)), self.knowledge(B, recorded_at=ago(89)),
-                      self.knowledge(C, recorded_at=ago(300), verified_at=ago(5)))
-        assert run({"semantic": [A, B, C]}, cards).stale == [A]
-
-    def test_stale_knowledge_below_the_top_n_is_not_reported(self) -> None:
-        cards = by_id(labelled(A), self.knowledge(B, recorded_at=ago(300)))
-        assert run({"semantic": [A, B]}, cards, top=1).stale == []
-
-    def test_the_freshness_threshold_comes_from_the_tuning(self) -> None:
-        cards = by_id(self.knowledge(A, recorded_at=ago(20)))
-        assert run({"semantic": [A]}, cards, tuning=Tuning(knowledge_stale_days=20)).stale == [A]
 
 
 class TestTrace:

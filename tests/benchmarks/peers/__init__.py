@@ -1,0 +1,1 @@
+"""Palimpsest beside other memory backends, on the same data, questions and embedder in one run."""
