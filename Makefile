@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve demo test docs test-containers bench bench-api bench-commands bench-ingest bench-sealing bench-erasure bench-ingest-quality bench-retrieval bench-latest-first bench-aging bench-faults bench-contention soak typecheck clean
+.PHONY: serve demo test docs test-containers bench bench-api bench-commands bench-ingest bench-sealing bench-erasure bench-ingest-quality bench-retrieval bench-peers bench-latest-first bench-aging bench-faults bench-contention soak typecheck clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -57,7 +57,11 @@ bench-ingest-quality: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.ingest_quality $(ARGS)
 
 bench-retrieval: $(STAMP)
-	$(BIN)/python -m tests.benchmarks.bench_retrieval
+	$(BIN)/python -m tests.benchmarks.bench_retrieval $(ARGS)
+
+# Palimpsest's fused search beside mem0's (open source, its pgvector store, our embedder) at 10k cards.
+bench-peers: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.peers.mem0_peer $(ARGS)
 
 bench-latest-first: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_latest_first

@@ -40,7 +40,7 @@ class RetrievalSettings(BaseModel):
     #: A query unit (a word, with the labels of a concept it names) on more of a tenant's cards
     #: than this is counted only on the cards its rarer units found, so the route reads rows in
     #: proportion to the question's rarest words (a person's name on thousands of cards is not
-    #: read whole). When every unit is that common, the rarest is read whole.
+    #: read whole). When every unit is that common, this many rows of the rarest are read.
     tags_common: int = Field(default=1_000, ge=1)
     fuzzy_top_k: int = 20
     #: Lowest share of the query's CJK bigrams a card must hold for the fuzzy route.

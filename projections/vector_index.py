@@ -5,7 +5,7 @@ IVFFlat splits the vectors into ``lists`` around centroids learnt from the rows 
 is built; a query compares exactly every vector of its ``probes`` nearest lists. Cards that are
 near copies of one another — a fact restated, events of one kind — fall in one list and are all
 compared, where HNSW's walk of its graph passes most of them by: at 100k cards the top-5 overlap
-with the exact answer was 0.98 at 10 probes against 0.75 for HNSW at ``ef_search`` 200, at the
+with the exact answer was 0.96 at 10 probes against 0.75 for HNSW at ``ef_search`` 200, at the
 same cost (docs/benchmarks.md).
 
 Centroids learnt from few rows serve many rows badly, so the index follows the table: none below

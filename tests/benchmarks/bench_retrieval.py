@@ -889,7 +889,8 @@ def run(settings: Settings, sizes: list[int], count: int, hog: bool = False,
 
 def footprint(conn: psycopg.Connection[Any], schema: str, loaded: dict[str, Any]) -> dict[str, Any]:
     """What the loaded corpus costs: the index's build time (from the load), the database's and
-    the vector index's size on disk, and the server processes' resident memory now."""
+    the vector index's size on disk, and the server processes' memory now (their proportional
+    set sizes summed)."""
     import psutil
 
     names = list(NAMES.values())
@@ -897,8 +898,11 @@ def footprint(conn: psycopg.Connection[Any], schema: str, loaded: dict[str, Any]
         "SELECT pg_database_size(current_database()), coalesce(sum(pg_relation_size(c.oid)), 0) "
         "FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
         "WHERE n.nspname = %s AND c.relname = ANY(%s)", (schema, names)).fetchone()
-    resident = sum(p.memory_info().rss for p in psutil.process_iter(["name"])
-                   if p.info["name"] and "postgres" in p.info["name"])
+    resident = 0  # proportional set sizes: the shared buffers each backend touched, counted once
+    for process in psutil.process_iter(["name"]):
+        if process.info["name"] and "postgres" in process.info["name"]:
+            with contextlib.suppress(psutil.Error):
+                resident += process.memory_full_info().pss
     return {"index": loaded.get("index"), "index_build_s": loaded.get("build_s"),
             "disk_mb": round(row[0] / 2**20) if row else None,
             "index_mb": round(row[1] / 2**20) if row else None,

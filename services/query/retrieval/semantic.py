@@ -1,7 +1,8 @@
 """Semantic route: pgvector cosine distance over card embeddings, top ``semantic_top_k``.
 
-The tenant's nearest ``semantic_candidates`` vectors are read first (through the HNSW index where
-there is one, an exact scan otherwise), then the scope and time filter keeps the best
+The tenant's nearest ``semantic_candidates`` vectors are read first (through the vector index where
+there is one — IVFFlat, ``semantic_probes`` of its lists; ``projections.vector_index`` — an exact
+scan otherwise), then the scope and time filter keeps the best
 ``semantic_top_k`` of them at least the model's floor alike (``semantic_floor``: measured per model
 on ``palimpsest bench aging``). A hit's strength is its similarity over the model's
 ``semantic_full`` (a similarity that means "about the same thing"), at most 1. Only vectors of the

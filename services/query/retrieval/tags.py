@@ -47,9 +47,9 @@ from services.query.retrieval.query import (
 #: cards the read ones found (``probed``). A unit's weight comes with it (:class:`Frequencies`).
 _WEIGHED = """WITH q(term, unit, weight) AS (
     SELECT * FROM unnest(%(words)s::text[], %(units)s::int[], %(weights)s::float8[])),
-found AS MATERIALIZED (
+found AS MATERIALIZED (SELECT * FROM (
     SELECT t.card_id, q.unit, q.weight, t.recorded_at FROM {s}.card_terms t JOIN q ON q.term = t.term
-    WHERE t.term = ANY(%(read)s::text[]) AND {live}{scope}{mentions_read}),
+    WHERE t.term = ANY(%(read)s::text[]) AND {live}{scope}{mentions_read}) AS r LIMIT %(read_cap)s),
 probed AS (
     SELECT t.card_id, q.unit, q.weight, t.recorded_at FROM {s}.card_terms t JOIN q ON q.term = t.term
     WHERE t.term = ANY(%(probed)s::text[]) AND t.card_id = ANY(ARRAY(SELECT card_id FROM found))
@@ -113,7 +113,9 @@ def units(text: str, subjects: Collection[str] = (), lexicon: bool = True,
         unit_of.append(index)
     by_name = {concept.name: concept for concept in CONCEPTS}
     for name in sorted(concepts_named(text)) if lexicon else ():
-        joined = next((found.index(t) for t in concept_terms(name) if t in found), None)
+        # the first of the query's terms that names it: the same unit in every process
+        naming = concept_terms(name)
+        joined = next((i for i, term in enumerate(found) if term in naming), None)
         unit = len(names) if joined is None else joined
         if joined is None:
             names.append(name)
@@ -242,7 +244,7 @@ class TagsRoute(PlainRoute):
         rows = self._rows(conn, ctx, query, weighed, {
             "words": words, "units": unit_of, "weights": [plan.weights[u] for u in unit_of],
             "read": plan.words(words, unit_of, read=True),
-            "probed": plan.words(words, unit_of, read=False),
+            "probed": plan.words(words, unit_of, read=False), "read_cap": plan.read_cap,
             **{f"pairs{unit}": list(cjk_bigrams(name)) for unit, name in mentioned.items()}})
         # a lone CJK character counts only where a card is tagged with it
         counted = [i for i, name in enumerate(names) if not _single_han(name)]
@@ -263,11 +265,16 @@ class Plan:
     unit's weight. A unit on at most ``common`` cards is read whole; a commoner one (a person's
     name on thousands of cards) is counted only on the cards a rarer unit found, so the route
     reads rows in proportion to its rarest words, not its commonest. When every unit is common
-    the rarest is read whole. A name mentioned in cards' text is read whole when it is on no more
-    cards than those read (checking it on a card reads the card's row)."""
+    the rarest is read, at most ``common`` of its rows (in the words index's order: a sample, not
+    the newest), so that no question reads more rows than that for its weakest evidence. A name
+    mentioned in cards' text is read whole when it is on no more cards than those read (checking
+    it on a card reads the card's row)."""
 
     weights: dict[int, float]
     read: frozenset[int]
+    #: Most rows read: none but the units' own sizes when a rare one is read, ``common`` when
+    #: every unit is common (the rarest one's first cards in the words index).
+    read_cap: int | None
     #: The units some card holds, and their summed weight.
     found: frozenset[int]
 
@@ -282,11 +289,12 @@ class Plan:
         found = frozenset(unit for unit, n in frequency.items() if n > 0)
         rare = frozenset(unit for unit in found if frequency[unit] <= common)
         read = rare or frozenset(sorted(found, key=lambda unit: (frequency[unit], unit))[:1])
+        cap = None if rare else common
         # a name is checked in a card's own row: cheaper read whole than on more cards found
-        read |= {unit for unit in mentioned if unit in found
-                 and frequency[unit] <= sum(frequency[u] for u in read)}
+        size = sum(frequency[u] for u in read) if cap is None else cap
+        read |= {unit for unit in mentioned if unit in found and frequency[unit] <= size}
         weights = {unit: idf(total, n) for unit, n in frequency.items()}
-        return cls(weights, read, found)
+        return cls(weights, read, cap, found)
 
     def words(self, words: list[str], unit_of: list[int], *, read: bool) -> list[str]:
         return [word for word, unit in zip(words, unit_of, strict=True)
