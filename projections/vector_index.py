@@ -74,7 +74,7 @@ def vector_rows(conn: psycopg.Connection[Any], schema: str) -> int:
     return int(counted[0]) if counted else 0
 
 
-_INDEXES = """SELECT i.relname AS name, i.reloptions AS options, x.indisvalid AS valid
+_INDEXES = """SELECT i.relname AS name, i.reloptions AS options
 FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid
 WHERE x.indrelid = to_regclass(%s) AND i.relname LIKE 'card_embeddings_%%'
   AND i.relname <> 'card_embeddings_pkey'"""
@@ -91,15 +91,15 @@ def keep(conn: psycopg.Connection[Any], schema: str, kind: Kind) -> str | None:
     autocommit): build what is missing or due, concurrently, then drop what another kind left.
     Returns what it did, or None."""
     table = f"{sql.Identifier(schema).as_string(conn)}.card_embeddings"
-    present = {row[0]: row for row in conn.execute(_INDEXES, (table,))}
+    present = {row[0]: row[1] for row in conn.execute(_INDEXES, (table,))}
     done = []
     s = sql.Identifier(schema)
     if _NEXT in present:  # a build cut off (its index left invalid)
         conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}.{}").format(s, sql.Identifier(_NEXT)))
     if kind == "ivfflat":
         rows = vector_rows(conn, schema)
-        built = present.get(NAMES["ivfflat"])
-        if rows >= MIN_ROWS and (built is None or rows >= GROWTH * built_over(built[1])):
+        built = NAMES["ivfflat"] in present
+        if rows >= MIN_ROWS and (not built or rows >= GROWTH * built_over(present[NAMES["ivfflat"]])):
             started = time.perf_counter()
             statement = create_statement(schema, kind, rows, name=_NEXT, concurrently=True)
             assert statement is not None
@@ -111,9 +111,8 @@ def keep(conn: psycopg.Connection[Any], schema: str, kind: Kind) -> str | None:
                     s, sql.Identifier(_NEXT), sql.Identifier(NAMES["ivfflat"])))
             done.append(f"IVFFlat index built over {rows:,} vectors ({lists_for(rows):,} lists) in "
                         f"{time.perf_counter() - started:.1f} s")
-            built = (NAMES["ivfflat"], None, True)
-        if built is None:
-            return "; ".join(done) or None
+        elif not built:
+            return None  # whatever else is there serves until there is one
     elif kind == "hnsw" and NAMES["hnsw"] not in present:
         started = time.perf_counter()
         statement = create_statement(schema, kind, 0, concurrently=True)

@@ -44,7 +44,7 @@ from services.query.retrieval.query import (
 )
 
 #: A unit's cards: those of the units read whole (``read``), and of every other unit only the
-#: cards the read ones found (``probed``). A unit's weight comes with it (:class:`Frequencies`).
+#: cards the read ones found (``probed``). A unit's weight comes with it (:class:`Plan`).
 _WEIGHED = """WITH q(term, unit, weight) AS (
     SELECT * FROM unnest(%(words)s::text[], %(units)s::int[], %(weights)s::float8[])),
 found AS MATERIALIZED (SELECT * FROM (
@@ -57,7 +57,7 @@ probed AS (
 per_card AS (
     SELECT card_id, unit, max(weight) AS weight, max(recorded_at) AS recorded_at
     FROM (SELECT * FROM found UNION ALL SELECT * FROM probed) AS x GROUP BY card_id, unit)
-SELECT card_id, sum(weight) AS weight, max(recorded_at) AS recorded_at, array_agg(unit) AS found_units
+SELECT card_id, sum(weight) AS weight, max(recorded_at) AS recorded_at
 FROM per_card GROUP BY card_id"""
 
 #: One unit: every hit holds all the query's weight, so nothing needs weighing.
@@ -215,8 +215,8 @@ class TagsRoute(PlainRoute):
         words, unit_of, names = units(query.words, named, ctx.settings.lexicon)
         if not words:
             return Hits([], "no terms in the query")
-        mentioned = {unit: name for unit, name in enumerate(names)
-                     if name in {n for subject in named for n in subject_terms(subject)}}
+        named_terms = {n for subject in named for n in subject_terms(subject)}
+        mentioned = {unit: name for unit, name in enumerate(names) if name in named_terms}
         live = sql.SQL("true" if query.as_of else "t.live")
         scope = sql.SQL(" AND ") + scope_of("t")
         note = "terms: " + " | ".join(names)
@@ -277,6 +277,7 @@ class Plan:
     read_cap: int | None
     #: The units some card holds, and their summed weight.
     found: frozenset[int]
+    held: float
 
     @classmethod
     def of(cls, words: list[str], unit_of: list[int], names: list[str], mentioned: dict[int, str],
@@ -294,7 +295,7 @@ class Plan:
         size = sum(frequency[u] for u in read) if cap is None else cap
         read |= {unit for unit in mentioned if unit in found and frequency[unit] <= size}
         weights = {unit: idf(total, n) for unit, n in frequency.items()}
-        return cls(weights, read, cap, found)
+        return cls(weights, read, cap, found, sum(weights[unit] for unit in found))
 
     def words(self, words: list[str], unit_of: list[int], *, read: bool) -> list[str]:
         return [word for word, unit in zip(words, unit_of, strict=True)
@@ -305,8 +306,7 @@ class Plan:
         the fuzzy route may find) counts as if one card held it: a card holding one word of a
         question of four is no full match."""
         unknown = len(set(counted) - self.found)
-        held = sum(self.weights[unit] for unit in self.found)
-        return min(1.0, row["weight"] / max(held + unknown * idf(total, 1), 1e-9))
+        return min(1.0, row["weight"] / max(self.held + unknown * idf(total, 1), 1e-9))
 
     def note(self, names: list[str]) -> str:
         counted = [names[unit] for unit in sorted(self.found - self.read)]
