@@ -20,6 +20,7 @@ the version known at the time."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 import threading
 import time
@@ -139,7 +140,8 @@ class Counts:
         self.ttl = ttl
         self.clock = clock
         self.size = size
-        self._counts: dict[tuple[str, str, str], tuple[float, int]] = {}
+        #: Keyed by a digest of the tenant, kind and word: no word or name of a tenant's is held.
+        self._counts: dict[bytes, tuple[float, int]] = {}
         self._lock = threading.Lock()
 
     def total(self, conn: psycopg.Connection[Any], ctx: RouteContext, tenant_id: str) -> int:
@@ -173,7 +175,7 @@ class Counts:
         found, missing = {}, []
         with self._lock:
             for key in dict.fromkeys(keys):
-                cached = self._counts.get((tenant_id, kind, key))
+                cached = self._counts.get(_digest(tenant_id, kind, key))
                 if cached is not None and now - cached[0] < self.ttl:
                     found[key] = cached[1]
                 else:
@@ -185,8 +187,12 @@ class Counts:
             if len(self._counts) + len(counted) > self.size:
                 self._counts.clear()
             for key, count in counted.items():
-                self._counts[(tenant_id, kind, key)] = (now, count)
+                self._counts[_digest(tenant_id, kind, key)] = (now, count)
         return found | counted
+
+
+def _digest(tenant_id: str, kind: str, key: str) -> bytes:
+    return hashlib.blake2b("\0".join((tenant_id, kind, key)).encode(), digest_size=16).digest()
 
 
 def idf(total: int, frequency: int) -> float:
