@@ -25,8 +25,11 @@ its last record batch plus one). The broker has lost messages when
 
 Rules 1 and 2 are checked when the relay starts or reconnects, after any producer error, and every
 ``check_interval`` seconds (idle or not); rule 3 on every batch. When any holds, the relay resets
-its position to 0 and republishes the whole log. Duplicates are harmless, as above. (tansu creates
-a missing topic as soon as a producer writes to it, so a restart usually shows as a new topic id.)
+its position back and republishes from there: to ``resume_from()`` — the lowest notification id its
+consumers have handled everything up to (:mod:`projections.lowwater`: what they handled is in the
+read models already, and a consumer that starts again catches up from the log itself) — or to 0,
+the whole log, when it is given none. Duplicates are harmless, as above. (tansu creates a missing
+topic as soon as a producer writes to it, so a restart usually shows as a new topic id.)
 
 The row's ``tenant_id`` is ``'*'``: one relay carries every tenant's events.
 
@@ -44,7 +47,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -108,6 +111,7 @@ class Relay:
         check_interval: float = 5.0, request_timeout_ms: int = 10_000,
         delivery_timeout_ms: int = 30_000, schema: str | None = None,
         topics: Sequence[str] = (), embedded_broker: bool = False,
+        resume_from: Callable[[], int] | None = None,
     ) -> None:
         self.recorder = recorder
         self.bootstrap = bootstrap
@@ -131,6 +135,8 @@ class Relay:
         #: Whether the broker is the data folder's embedded one, which keeps its topics in memory:
         #: its start is empty by design, and republishing is routine (told at INFO, not WARNING).
         self.embedded_broker = embedded_broker
+        #: Where to republish from when the broker lost messages: the consumers' low-water mark.
+        self.resume_from = resume_from
         #: When :meth:`run` last came round its loop (monotonic) and last published (wall clock).
         self.ticked_at: float | None = None
         self.published_at: float | None = None
@@ -308,20 +314,22 @@ class Relay:
 
     def _reset(self, reason: str, topic_id: str | None) -> None:
         state = self.state
+        start = 0 if self.resume_from is None else max(0, min(self.resume_from(), state.position))
+        again = f"{state.position - start} event(s) after position {start}, the ones its " \
+            "consumers have not handled yet," if start else "the whole log"
         if self.embedded_broker:  # its topics live in memory: every start of it is empty
             log.info(
                 "relay %s: the embedded broker starts empty (it keeps topics in memory); "
-                "republishing the %d events up to position %d from the event store to %s, "
-                "nothing is lost (%s)",
-                self.name, state.published, state.position, self.topic, reason,
+                "republishing %s from the event store to %s, nothing is lost (%s)",
+                self.name, again, self.topic, reason,
             )
         else:
             log.warning(
-                "relay %s: the broker lost messages of %s (%s); republishing the log from the start"
-                " (position was %d, %d messages acknowledged)",
-                self.name, self.topic, reason, state.position, state.published,
+                "relay %s: the broker lost messages of %s (%s); republishing %s (position was "
+                "%d, %d messages acknowledged)",
+                self.name, self.topic, reason, again, state.position, state.published,
             )
-        self._save(RelayState(position=0, published=0, topic=self.topic, topic_id=topic_id))
+        self._save(RelayState(position=start, published=0, topic=self.topic, topic_id=topic_id))
         self.resets += 1
         self._restart_feed()
         # The idempotent producer's sequence numbers belong to the lost topic.

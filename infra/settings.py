@@ -5,12 +5,13 @@ Nothing here does work at import time: ``Settings()`` reads the environment when
 
 from __future__ import annotations
 
+import base64
 import os
 from datetime import timedelta
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from domain.policy import Policy
@@ -263,6 +264,17 @@ class Settings(BaseSettings):
     #: The HTTP server of ``palimpsest serve``.
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8765, ge=0, le=65_535)
+    #: HTTP processes ``serve`` answers requests with: 1 answers in the serving process itself;
+    #: more start that many worker processes sharing the socket, each with its own group commit
+    #: (``services.entrypoints.api_workers``). Default: one per core, at most 4.
+    api_workers: int = Field(default_factory=lambda: min(4, os.cpu_count() or 1), ge=1, le=64)
+    #: Whether ``serve`` runs the pipeline (broker, relay, projector, extraction worker) too; off
+    #: where those run as services of their own (``docker compose``'s relay, projector, ingest).
+    serve_pipeline: bool = True
+    #: The key the console's session cookies are sealed with (a Fernet key: 32 bytes in URL-safe
+    #: base64). Unset: ``serve`` makes one at each start and hands it to its HTTP workers (a
+    #: restart signs everyone out); several ``serve`` processes behind one balancer need the same.
+    console_session_key: SecretStr | None = None
     #: Largest request body the REST edge reads; larger ones are refused (413) unread.
     api_max_body_bytes: int = Field(default=1_000_000, ge=1_024)
     #: Longest a read passing ``min_position`` waits for the read models to include it.
@@ -304,6 +316,20 @@ class Settings(BaseSettings):
     high_frequency_changes: int = 3
     frequency_window_days: int = 30
     large_span_days: int = 30
+
+    @field_validator("console_session_key", mode="before")
+    @classmethod
+    def _fernet_key(cls, value: object) -> object:
+        """Blank is unset; anything else must be a Fernet key, refused at start otherwise."""
+        text = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if text is None or (isinstance(text, str) and not text.strip()):
+            return None
+        try:
+            if len(base64.urlsafe_b64decode(str(text).encode())) == 32:
+                return value
+        except (ValueError, TypeError):
+            pass
+        raise ValueError("console_session_key must be 32 bytes in URL-safe base64 (a Fernet key)")
 
     def policy(self) -> Policy:
         return Policy(

@@ -404,7 +404,10 @@ CREATE INDEX IF NOT EXISTS card_relations_dst ON {s}.card_relations (tenant_id, 
 CREATE INDEX IF NOT EXISTS arbitration_pending ON {s}.arbitration_queue (tenant_id)
     WHERE decision IS NULL;
 -- Terms are looked up in ``card_terms``: no index on ``cards.terms``.
-DROP INDEX IF EXISTS {s}.cards_terms
+DROP INDEX IF EXISTS {s}.cards_terms;
+-- The low-water mark (``projections.lowwater``) checks the log's events against it, by aggregate.
+CREATE INDEX IF NOT EXISTS projection_tracking_originator ON {s}.projection_tracking
+    (projection, originator_id)
 """
 
 _POLICY = """

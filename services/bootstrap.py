@@ -16,6 +16,7 @@ from services.factory import create_app, create_queries
 from services.keys import KeyStore, MemoryKeyStore, PostgresKeyStore
 from services.query.pending import PendingWrites
 from services.query.queries import Queries
+from services.query.readmodels import ReadModels
 
 
 @dataclass
@@ -37,6 +38,43 @@ class Services:
         self.queries.close()
         self.app.close()
         self.keys.close()
+
+
+@dataclass
+class Background:
+    """What ``serve``'s own process needs when HTTP workers answer the requests: the command side
+    (the relays follow its log; consolidation proposes and retention erases through it), the read
+    models those jobs read, the key store (the local key) and the projector role's database — no
+    query side (no embedding model loaded where no question is asked)."""
+
+    app: Palimpsest
+    read: ReadModels
+    keys: KeyStore
+    monitor: Database | None
+    #: Whether :meth:`close` closes them (not when they are a :class:`Services`' own).
+    owned: bool = True
+
+    @classmethod
+    def of(cls, services: Services) -> Background:
+        return cls(services.app, services.queries.read, services.keys, services.monitor, owned=False)
+
+    def close(self) -> None:
+        if self.owned:
+            self.read.close()
+            self.app.close()
+            self.keys.close()
+
+
+def build_background(settings: Settings, *, clock: Clock = utc_now) -> Background:
+    """The command side, the read models (as the runtime role, a small pool) and the key store;
+    PostgreSQL bootstrapped once first (when ``auto_bootstrap``)."""
+    from infra.postgres import admin_database, runtime_database
+
+    app = create_app(settings, clock)
+    settled = settings.model_copy(update={"auto_bootstrap": False})
+    read = ReadModels(runtime_database(admin_database(settled), settled), settled.read_schema,
+                      pool_size=2)
+    return Background(app, read, create_key_store(settled, clock=clock), monitor(settled))
 
 
 def build_services(settings: Settings | None = None, *, clock: Clock = utc_now) -> Services:

@@ -32,7 +32,7 @@ from domain.event_card import EventCard
 from domain.knowledge import KnowledgeCard
 from domain.proposal import Proposal, ProposalEdge, ReviewDecision, parse_decision
 from domain.slot import Slot
-from infra.postgres import Database
+from infra.postgres import Database, Lease
 from infra.settings import Settings
 from projections.consolidation_sql import tenants_with_cards
 from services.command.application import BaseApplication
@@ -213,8 +213,9 @@ class ConsolidationWorker(Periodic):
     name = "consolidation"
 
     def __init__(self, consolidator: Consolidator, tenants: Callable[[], list[str]],
-                 interval: float, stop: threading.Event | None = None) -> None:
-        super().__init__(interval, stop)
+                 interval: float, stop: threading.Event | None = None,
+                 lease: Lease | None = None) -> None:
+        super().__init__(interval, stop, lease=lease)
         self.consolidator = consolidator
         self.tenants = tenants
         self._marks: dict[str, tuple[int, int]] = {}
@@ -257,11 +258,12 @@ class ConsolidationWorker(Periodic):
 
 
 def consolidation_worker(app: Palimpsest, read_models: ReadModels, monitor: Database,
-                         settings: Settings, stop: threading.Event | None = None
-                         ) -> ConsolidationWorker:
+                         settings: Settings, stop: threading.Event | None = None,
+                         lease: Lease | None = None) -> ConsolidationWorker:
     """The worker ``serve`` runs: tenants listed as the projector role (``monitor``), scanned
-    as the runtime role (``read_models``), proposals recorded through ``app``."""
+    as the runtime role (``read_models``), proposals recorded through ``app``; with ``lease``,
+    only while this process holds it."""
     return ConsolidationWorker(
         Consolidator(read_models, app, settings),
         lambda: tenants_with_cards(monitor, settings.read_schema),
-        settings.consolidation_interval_seconds, stop)
+        settings.consolidation_interval_seconds, stop, lease)

@@ -109,8 +109,8 @@ class RetentionWorker(Periodic):
 
     def __init__(self, app: Any, read_models: Any, interval: float, batch: int = 500,
                  clock: Callable[[], datetime] | None = None, stop: threading.Event | None = None,
-                 ) -> None:
-        super().__init__(interval, stop, first=FIRST_RUN_SECONDS)
+                 lease: Any = None) -> None:
+        super().__init__(interval, stop, first=FIRST_RUN_SECONDS, lease=lease)
         self.app = app
         self.read = read_models
         self.batch = batch

@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 
 def mount_console(api: FastAPI, services: Services) -> None:
     """The console on ``api``: assets, sign-in and pages under ``/console``."""
-    api.state.console_sessions = web.Sessions(services)
+    key = services.settings.console_session_key
+    api.state.console_sessions = web.Sessions(
+        services, secret=key.get_secret_value().encode() if key is not None else None)
     api.mount(web.PREFIX + "/static", StaticFiles(directory=web.HERE / "static"),
               name="console-static")
     router = APIRouter(prefix=web.PREFIX, include_in_schema=False)

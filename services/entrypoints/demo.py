@@ -329,11 +329,13 @@ def _play_here(settings: Any, clock: SimulatedClock, say: Callable[[str], None])
         with serving(settings, shutdown, port=0, mcp=False, clock=clock, local_key=False) as service:
             threading.Thread(target=supervise, args=(service,), name="supervisor", daemon=True).start()
             tenant = f"demo-{uuid4().hex[:8]}"
-            _, key = service.services.keys.create(tenant, ("memory:admin",), "made by palimpsest demo")
+            assert service.background is not None
+            _, key = service.background.keys.create(tenant, ("memory:admin",),
+                                                    "made by palimpsest demo")
             db = projector_database(admin_database(service.settings), service.settings)
             assert service.endpoints is not None
             with Client(service.endpoints.url, key) as client:
-                script = run_demo(client, clock, say, tenant, app=service.services.app)
+                script = run_demo(client, clock, say, tenant, app=service.background.app)
                 print_report(script, say)
                 say("")
                 print_read_models(script, say,

@@ -358,15 +358,18 @@ class StartSessions:
 
 def mcp_http_app(services: Services, *, path: str = "/", host: str | None = None,
                  port: int | None = None, allowed_hosts: Sequence[str] = ()) -> Starlette:
-    """MCP over streamable HTTP at ``path`` (``/``: where it is mounted, e.g. ``/mcp``), behind
+    """MCP over streamable HTTP at ``path`` (``/``: where it is mounted, e.g. ``/mcp``), stateless
+    (no session kept between requests: any HTTP worker answers any of them), behind
     :class:`BearerKey`, with DNS-rebinding protection for the address served (``host``, ``port``:
     the HTTP server's, default ``PALIMPSEST_API_HOST``, any port) and ``allowed_hosts``. Its
     lifespan runs the session manager; mounted where no lifespan reaches it, the first request
     starts it."""
     server = create_mcp(services)
     security = transport_security(services.settings, host, port, allowed_hosts)
+    # stateless: every request stands alone, so whichever HTTP worker takes it can answer
     app = server.streamable_http_app(streamable_http_path=path, transport_security=security,
-                                     max_request_body_size=services.settings.api_max_body_bytes)
+                                     max_request_body_size=services.settings.api_max_body_bytes,
+                                     stateless_http=True)
     app.add_middleware(StartSessions, sessions=Sessions(app))
     app.add_middleware(BearerKey, authenticate=services.keys.authenticate)  # outermost
     return app

@@ -174,7 +174,7 @@ def search(services: Services, who: Principal, data: s.SearchInput) -> s.SearchO
                           valid_at=as_of.valid_at, known_at=as_of.known_at, explain=data.explain,
                           top_n=asked, subjects=tuple(data.subjects),
                           subject_prefix=data.subject_prefix, agent_ids=tuple(data.agent_ids),
-                          session_ids=tuple(data.session_ids))
+                          session_ids=tuple(data.session_ids), fresh_from=data.min_position)
     result = queries.search(who.tenant_id, query, services.pending.of(who.tenant_id))
     services.pending.projected(who.tenant_id, result.diagnostics.projected_position)
     cards = result.results

@@ -22,29 +22,21 @@ SIGTERM stops everything within :data:`STOP_SECONDS`, whatever the broker is doi
 
 from __future__ import annotations
 
-import json
 import logging
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
-from pathlib import Path
+from functools import partial
 from typing import Any
 
-from pydantic import BaseModel, SecretStr
-
-from infra.broker import die_with_parent
 from infra.embedded_pg import drop_dead_handles
 from infra.eventlog import open_event_log
-from infra.heartbeats import Heartbeats
-from infra.postgres import admin_database, bootstrap, runtime_database
+from infra.postgres import admin_database, bootstrap, projector_database, runtime_database
 from infra.processes import Kafka, heartbeats, process_shutdown, watch
-from infra.relay import Relay
+from infra.relay import INGEST_EVENTS, Relay
 from infra.settings import Settings
 from infra.supervision import Shutdown
-from projections.faust_app import FAILED_EXIT
+from projections.lowwater import extraction_mark, projection_mark
+from services.entrypoints.children import Child
 from services.ingest.extraction import extraction_off_reason
 
 log = logging.getLogger(__name__)
@@ -83,6 +75,18 @@ def leave(settings: Settings) -> None:
         drop_dead_handles(settings.data_dir.resolve() / "pg")
 
 
+def relays(recorder: Any, settings: Settings, bootstrap: str, **options: Any) -> tuple[Relay, Relay]:
+    """The relay of the whole log and the ingest relay, each republishing, when the broker lost
+    its messages, only what its consumers have not handled (:mod:`projections.lowwater`)."""
+    projector_db = projector_database(admin_database(settings), settings)
+    main = Relay.from_settings(recorder, settings, bootstrap, **options,
+                               resume_from=partial(projection_mark, projector_db, settings))
+    ingest = Relay.for_ingest(recorder, settings, bootstrap, **options,
+                              resume_from=partial(extraction_mark, projector_db, settings,
+                                                  INGEST_EVENTS))
+    return main, ingest
+
+
 class Pipeline:
     """The broker (joined or started, kept up), the relay (a thread, publishing ``recorder``'s
     log) and the projector (a child process), with this process's heartbeats for the broker and
@@ -94,8 +98,7 @@ class Pipeline:
     def __init__(self, settings: Settings, shutdown: Shutdown, recorder: Any) -> None:
         self.kafka = Kafka(settings)
         watch(shutdown, self.kafka)
-        self.relay = Relay.from_settings(recorder, settings, self.kafka.bootstrap)
-        self.ingest_relay = Relay.for_ingest(recorder, settings, self.kafka.bootstrap)
+        self.relay, self.ingest_relay = relays(recorder, settings, self.kafka.bootstrap)
         self._relays = [(relay, threading.Thread(target=relay.run, args=(shutdown.stop,),
                                                  name=f"relay-{relay.name}", daemon=True))
                         for relay in (self.relay, self.ingest_relay)]
@@ -139,110 +142,3 @@ class Pipeline:
                 relay.close()
         self.beats.stop()
         self.kafka.close()
-
-
-class Child:
-    """``palimpsest <command>`` (the projector, the extraction worker) as a child process: dies
-    with this process (Linux), restarted with backoff when it exits by itself."""
-
-    def __init__(self, settings: Settings, bootstrap: str, beats: Heartbeats | None = None,
-                 command: str = "project", name: str = "projector",
-                 max_backoff: float = 30.0) -> None:
-        self.env = {**settings_env(settings), "PALIMPSEST_KAFKA_BOOTSTRAP": bootstrap}
-        self.command = command
-        self.name = name
-        self.beats = beats
-        self.max_backoff = max_backoff
-        self.process: subprocess.Popen[bytes] | None = None
-        self.starts = 0
-        self._started_at = 0.0
-        self._signalled: set[int] = set()
-
-    def start(self) -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "services.entrypoints.cli", self.command], env=self.env,
-            stdin=subprocess.DEVNULL, start_new_session=True,
-            preexec_fn=die_with_parent())  # Ctrl-C reaches the pipeline only
-        self.starts += 1
-        self._started_at = time.monotonic()
-
-    def supervise(self, stop: threading.Event) -> int:
-        """Keep it running until ``stop``; its ``FAILED_EXIT`` ends the pipeline with that code."""
-        backoff = 1.0
-        self.start()
-        while not stop.wait(0.2):
-            assert self.process is not None
-            code = self.process.poll()
-            if code is None:
-                continue
-            if code == FAILED_EXIT:
-                log.critical("pipeline: the %s cannot go on (exit code %d): stopping", self.name, code)
-                return code
-            if time.monotonic() - self._started_at > 60:
-                backoff = 1.0
-            log.warning("pipeline: the %s (pid %d) exited with code %d; starting it again in "
-                        "%.0f s", self.name, self.process.pid, code, backoff)
-            self._forget()
-            if stop.wait(backoff):
-                break
-            backoff = min(backoff * 2, self.max_backoff)
-            self.start()
-        return 0
-
-    def terminate(self) -> None:
-        """Ask it to stop (SIGTERM, once: a second one forces its exit), without waiting."""
-        process = self.process
-        if process is not None and process.poll() is None and process.pid not in self._signalled:
-            self._signalled.add(process.pid)
-            process.send_signal(signal.SIGTERM)
-
-    def stop(self, timeout: float) -> None:
-        """SIGTERM, then SIGKILL after ``timeout`` seconds."""
-        process = self.process
-        if process is None or process.poll() is not None:
-            return
-        self.terminate()
-        try:
-            process.wait(timeout)
-        except subprocess.TimeoutExpired:
-            log.warning("pipeline: the %s did not stop within %.1f s: killing it", self.name, timeout)
-            self.kill()
-
-    def kill(self) -> None:
-        process = self.process
-        if process is not None and process.poll() is None:
-            process.kill()
-            process.wait(5)
-            self._forget()
-
-    def _forget(self) -> None:
-        """Its heartbeats say stopped at once (a killed child cannot say it)."""
-        if self.beats is not None and self.process is not None:
-            self.beats.mark_stopped(self.process.pid)
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    """This process's environment, with the ``PALIMPSEST_*`` variables that make a child's
-    ``Settings()`` equal ``settings`` (the others, e.g. ``PALIMPSEST_CACHE_DIR``, kept)."""
-    env = dict(os.environ)
-    for name in type(settings).model_fields:
-        variable, value = f"PALIMPSEST_{name.upper()}", getattr(settings, name)
-        for key in [k for k in env if k == variable or k.startswith(variable + "__")]:
-            del env[key]
-        if value is not None:
-            env[variable] = _env_value(value)
-    return env
-
-
-def _env_value(value: Any) -> str:
-    if isinstance(value, SecretStr):
-        return value.get_secret_value()
-    if isinstance(value, BaseModel):
-        return value.model_dump_json()
-    if isinstance(value, Path):
-        return str(value.resolve())
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | tuple | dict):
-        return json.dumps(value)
-    return str(value)

@@ -25,6 +25,7 @@ from infra.processes import Kafka, heartbeats, process_shutdown, wait_for_broker
 from infra.settings import Settings
 from infra.supervision import Shutdown
 from projections.faust_app import FAILED_EXIT, Outcome, create_faust_app
+from projections.lowwater import LowWaterKeeper
 from projections.projector import ProjectionError
 from projections.replay import catch_up, make_projector
 from projections.text import warm_up
@@ -79,6 +80,9 @@ def _run_projector(settings: Settings, servers: str, shutdown: Shutdown, pulse: 
         start_embeddings(settings, stop)
     VectorIndexKeeper(admin, settings.read_schema, vector_index_kind(settings), stop,
                       settings.vector_index_interval_seconds).start()
+    # the next start's catch-up, and a relay whose broker lost its messages, start from this mark
+    LowWaterKeeper(projector_database(admin, settings), settings.event_schema,
+                   settings.read_schema, projector.name, stop).start()
     warm_up()  # the tokenizer loads now, not inside the first batch while its partition waits
     pulse.phase = "waiting for Kafka"
     outcome = Outcome()

@@ -1,50 +1,54 @@
-"""``palimpsest serve``: the whole service in one process tree, supervised (DESIGN §5).
+"""``palimpsest serve``: the whole service in one process tree, supervised (DESIGN §5, §9).
 
 On the embedded default one command starts, in this order:
 
 * the HTTP socket — bound first, so a port in use fails before anything else starts;
 * PostgreSQL — the data folder's embedded server (unless ``PALIMPSEST_DATABASE_URL`` is set),
   the event store bootstrapped;
-* the command and query sides and the key store (:func:`services.bootstrap.build_services`);
-* the pipeline of ``palimpsest pipeline`` (:class:`services.entrypoints.pipeline.Pipeline`): the broker
-  (the data folder's tansu, kept up on its one port, unless ``PALIMPSEST_KAFKA_BOOTSTRAP`` is
-  set), the relay and ingest relay threads, the Faust projector as a child process with its
-  embedding thread, and — when an LLM is configured — the extraction worker as a child process;
-* the consolidation scans, a thread (advisory: they only record proposals);
-* the retention runs, a thread: each ``retention_interval_seconds`` every tenant's retention
-  policy erases the raw conversation turns older than it keeps (a tenant without one keeps every
-  turn);
-* the HTTP server: uvicorn in a thread of this process, REST under ``/v1`` and MCP over
-  streamable HTTP at ``/mcp``.
+* the command side and the key store, and the query side when this process answers requests
+  (:mod:`services.bootstrap`);
+* unless ``serve_pipeline`` is off (the relay, projectors and extraction workers run as services
+  of their own), the pipeline of ``palimpsest pipeline``
+  (:class:`services.entrypoints.pipeline.Pipeline`): the broker (the data folder's tansu, kept up
+  on its one port, unless ``PALIMPSEST_KAFKA_BOOTSTRAP`` is set), the relay and ingest relay
+  threads, the Faust projector as a child process with its embedding thread, and — when an LLM
+  is configured — the extraction worker as a child process;
+* the consolidation scans and the retention runs, a thread each (each ``retention_interval_
+  seconds`` every tenant's retention policy erases the raw conversation turns older than it
+  keeps), run by one ``serve`` process at a time among those on one database (a lease);
+* the HTTP server, REST under ``/v1``, MCP over streamable HTTP at ``/mcp`` and the console:
+  uvicorn in a thread of this process when ``api_workers`` is 1, else that many worker processes
+  sharing the socket (:mod:`services.entrypoints.api_workers`).
 
 A part that dies is started again: the broker by its keeper, the projector and the extraction
-worker by the pipeline, the
-HTTP server here (a fresh app on the same port, with backoff). SIGINT or SIGTERM stops them all
-within :data:`services.entrypoints.pipeline.STOP_SECONDS`: the HTTP server first (requests under way
-finish: a write is committed to the event store before it is answered, so no accepted write is
-lost; the relay and projector catch up at the next start), then the pipeline, then PostgreSQL
-(left at exit, stopped by the last process in it) — a stop that hangs is forced by
-:class:`infra.supervision.Shutdown`.
+worker by the pipeline, an HTTP worker process by its supervisor, the in-process HTTP server here
+(a fresh app on the same port, with backoff). SIGINT or SIGTERM stops them all within
+:data:`STOP_DEADLINE`: the HTTP server first (requests under way finish: a write is committed to
+the event store before it is answered, so no accepted write is lost; the relay and projector catch
+up at the next start), then the pipeline, then PostgreSQL (left at exit, stopped by the last
+process in it) — a stop that hangs is forced by :class:`infra.supervision.Shutdown`.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import logging
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infra.embedded_pg import release_embedded
+from infra.postgres import Database, Lease
 from infra.processes import process_shutdown
 from infra.settings import Settings
 from infra.supervision import Shutdown
+from services.entrypoints.api_workers import ApiWorkers
+from services.entrypoints.http import CannotListenError, HttpServer, http_app
 from services.entrypoints.pipeline import Pipeline, leave, prepare
+
+if TYPE_CHECKING:
+    from services.bootstrap import Background, Services
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +56,6 @@ log = logging.getLogger(__name__)
 DEFAULT_TENANT = "local"
 #: That key's name in ``palimpsest keys list``.
 DEFAULT_KEY_NAME = "made by palimpsest serve"
-#: Seconds uvicorn gives requests under way once a stop is asked.
-HTTP_GRACE_SECONDS = 1
 #: A stop not done by then is forced (:class:`Shutdown`): the projector, told at once, has
 #: ``STOP_SECONDS / 2`` of it; the HTTP server, the relay and PostgreSQL share the rest.
 STOP_DEADLINE = 5.0
@@ -107,157 +109,55 @@ def default_key(keys: Any, tenant_id: str = DEFAULT_TENANT) -> tuple[str, str | 
     return info.key_id, secret
 
 
-class CannotListenError(OSError):
-    """The HTTP socket cannot be bound: its message names the address and what to pass instead."""
-
-
-def bind(host: str, port: int) -> socket.socket:
-    """A listening TCP socket on ``host:port`` (port 0: a free one); :class:`CannotListenError`
-    when the port is taken or not this user's, or the address not this machine's."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError as error:
-        sock.close()
-        refused = CannotListenError(why_not(host, port, error))
-        refused.errno = error.errno
-        raise refused from error
-    sock.set_inheritable(False)
-    return sock
-
-
-def why_not(host: str, port: int, error: OSError) -> str:
-    """What a user reads when ``host:port`` cannot be listened on, and what to pass instead."""
-    if error.errno == errno.EADDRINUSE:
-        return (f"port {port} on {host} is already in use (another palimpsest serve?): pass "
-                "--port with a free one, or --port 0 for any free port (the default: "
-                "PALIMPSEST_API_PORT)")
-    if error.errno == errno.EACCES:
-        return (f"port {port} on {host} is not this user's to listen on (below 1024?): pass "
-                "--port with another one")
-    if error.errno == errno.EADDRNOTAVAIL:
-        return f"{host} is no address of this machine: pass --host, e.g. 127.0.0.1"
-    return f"cannot listen on {host}:{port}: {error.strerror or error}"
-
-
-class HttpServer:
-    """uvicorn on a thread of this process, on a socket bound when it is made; an app that stops
-    by itself is built again (``make_app()``) and served on the same port, with backoff."""
-
-    def __init__(self, make_app: Callable[[], Any], host: str, port: int,
-                 max_backoff: float = 10.0) -> None:
-        self.make_app = make_app
-        self.host = host
-        self.sock: socket.socket | None = bind(host, port)
-        self.port: int = self.sock.getsockname()[1]
-        self.max_backoff = max_backoff
-        self.restarts = 0
-        self._stop = threading.Event()
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def url(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> None:
-        """Serve from a thread; return once uvicorn listens (RuntimeError if it cannot start)."""
-        self._thread = threading.Thread(target=self._run, name="http", daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + timeout
-        while not (self._server is not None and self._server.started):
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"the HTTP server did not start on {self.url}")
-            time.sleep(0.05)
-
-    def _run(self) -> None:
-        import uvicorn
-
-        backoff = 1.0
-        while not self._stop.is_set():
-            sock = self.sock or self._rebind()
-            if sock is None:
-                self._stop.wait(backoff)
-                backoff = min(backoff * 2, self.max_backoff)
-                continue
-            self.sock = None  # uvicorn closes it when it stops
-            config = uvicorn.Config(self.make_app(), log_config=None, access_log=False,
-                                    log_level="warning", lifespan="on",
-                                    timeout_graceful_shutdown=HTTP_GRACE_SECONDS)
-            self._server = uvicorn.Server(config)
-            try:
-                self._server.run(sockets=[sock])
-            except (Exception, SystemExit) as error:  # uvicorn exits when its start fails
-                log.error("HTTP server: %s: %s", type(error).__name__, error)
-            if self._stop.is_set():
-                return
-            self.restarts += 1
-            log.warning("HTTP server on %s stopped by itself; starting it again in %.0f s",
-                        self.url, backoff)
-            self._stop.wait(backoff)
-            backoff = min(backoff * 2, self.max_backoff)
-
-    def _rebind(self) -> socket.socket | None:
-        try:
-            return bind(self.host, self.port)
-        except OSError as error:
-            log.warning("HTTP server: cannot listen on %s again: %s", self.url, error)
-            return None
-
-    def request_stop(self) -> None:
-        """Stop accepting and finish what is under way (quick: safe in a signal handler)."""
-        self._stop.set()
-        if self._server is not None:
-            self._server.should_exit = True
-
-    def stop(self, timeout: float = HTTP_GRACE_SECONDS + 1.0) -> None:
-        self.request_stop()
-        if self._thread is not None:
-            self._thread.join(timeout)
-            if self._thread.is_alive():
-                log.warning("HTTP server: requests still under way after %.1f s", timeout)
-        if self.sock is not None:
-            self.sock.close()
-            self.sock = None
-
-
 class Service:
     """Everything ``serve`` runs, started by :meth:`start` and stopped by :meth:`close` (the
     demo runs one in its own process). ``clock`` is the command and query sides' clock."""
 
     def __init__(self, settings: Settings, shutdown: Shutdown, *, host: str | None = None,
                  port: int | None = None, mcp: bool = True, clock: Callable[..., Any] | None = None,
-                 local_key: bool | None = None) -> None:
+                 local_key: bool | None = None, workers: int | None = None) -> None:
         self.settings = settings
         self.shutdown = shutdown
         self.mcp = mcp
         self.clock = clock
         self.make_key = (not settings.database_url) if local_key is None else local_key
-        self.http = HttpServer(self._make_app, host or settings.api_host,
-                               settings.api_port if port is None else port)
-        self.services: Any = None
+        host, port = host or settings.api_host, settings.api_port if port is None else port
+        #: HTTP processes: the setting, or this one alone when a clock is given (a clock cannot
+        #: cross into another process).
+        self.workers = 1 if clock is not None else (workers or settings.api_workers)
+        self.http: HttpServer | ApiWorkers
+        if self.workers > 1:
+            settings = self.settings = with_console_key(settings)
+            self.http = ApiWorkers(settings, host, port, self.workers, mcp)
+        else:
+            self.http = HttpServer(self._make_app, host, port)
+        #: The query side too when this process answers requests (one HTTP process).
+        self.services: Services | None = None
+        self.background: Background | None = None
         self.pipeline: Pipeline | None = None
         self.endpoints: Endpoints | None = None
         self._started: list[Callable[[], None]] = []
 
     def start(self) -> Endpoints:
-        from services.bootstrap import build_services
+        from services.bootstrap import Background, build_background, build_services
 
+        extra = {"clock": self.clock} if self.clock is not None else {}
         try:
             self.settings = prepare(self.settings)  # starts the embedded PostgreSQL
             self._started.append(self._leave)
-            extra = {"clock": self.clock} if self.clock is not None else {}
-            self.services = build_services(self.settings, **extra)
-            self._started.append(self.services.close)
-            self.pipeline = Pipeline(self.settings, self.shutdown, self.services.app.recorder)
-            self._started.append(self.pipeline.close)
-            self._start_consolidation()
-            self._start_retention()
-            key_id, secret = default_key(self.services.keys) if self.make_key else (None, None)
+            if isinstance(self.http, ApiWorkers):
+                self.background = build_background(self.settings, **extra)
+            else:
+                self.services = build_services(self.settings, **extra)
+                self.background = Background.of(self.services)
+                self._started.append(self.services.close)
+            self._started.append(self.background.close)
+            if self.settings.serve_pipeline:
+                self.pipeline = Pipeline(self.settings, self.shutdown, self.background.app.recorder)
+                self._started.append(self.pipeline.close)
+            self._start_consolidation(self.background)
+            self._start_retention(self.background)
+            key_id, secret = default_key(self.background.keys) if self.make_key else (None, None)
             self.shutdown.on_stop(self.http.request_stop)
             self.http.start()
         except BaseException:
@@ -267,27 +167,31 @@ class Service:
                                    DEFAULT_TENANT if key_id else None, key_id, secret)
         return self.endpoints
 
-    def _start_consolidation(self) -> None:
+    def _start_consolidation(self, background: Background) -> None:
         """The advisory consolidation scans (``consolidation_enabled``), a thread of this
-        process: they only record proposals."""
-        if not self.settings.consolidation_enabled or self.services.monitor is None:
+        process: they only record proposals. Several ``serve`` processes on one database take
+        turns by a lease: one scans at a time."""
+        if not self.settings.consolidation_enabled or background.monitor is None:
             return
         from services.command.consolidation import consolidation_worker
 
-        worker = consolidation_worker(self.services.app, self.services.queries.read,
-                                      self.services.monitor, self.settings, self.shutdown.stop)
+        worker = consolidation_worker(
+            background.app, background.read, background.monitor, self.settings,
+            self.shutdown.stop, jobs_lease(self.settings, background.monitor, "consolidation"))
         worker.start()
         # a scan under way is left (the thread is a daemon): it only records proposals, each once
         self._started.append(lambda: worker.stop(timeout=1.0))
 
-    def _start_retention(self) -> None:
-        """The tenants' retention policies (``services.command.retention``), applied by a thread of this
-        process, reading the read models as the runtime role; always started."""
+    def _start_retention(self, background: Background) -> None:
+        """The tenants' retention policies (``services.command.retention``), applied by a thread of
+        this process, reading the read models as the runtime role; always started, and run by one
+        ``serve`` process at a time (a lease)."""
         from services.command.retention import RetentionWorker
 
-        worker = RetentionWorker(self.services.app, self.services.queries.read,
+        worker = RetentionWorker(background.app, background.read,
                                  self.settings.retention_interval_seconds,
-                                 self.settings.retention_batch, stop=self.shutdown.stop)
+                                 self.settings.retention_batch, stop=self.shutdown.stop,
+                                 lease=jobs_lease(self.settings, background.monitor, "retention"))
         worker.start()
         # a run under way stops before its next turn; one cut off is idempotent (a request id
         # per turn): the next start's run erases what it left
@@ -301,26 +205,15 @@ class Service:
             release_embedded(self.settings.data_dir)
 
     def _make_app(self) -> Any:
-        from services.entrypoints.api import create_api
-
-        mcp_app = None
-        if self.mcp:
-            try:
-                from services.entrypoints.mcp import mcp_http_app
-            except ImportError as error:
-                log.warning("MCP is not available here (%s): REST only", error)
-                self.mcp = False
-            else:  # mounted at /mcp: its own route is the mount's root
-                mcp_app = mcp_http_app(self.services, path="/", host=self.http.host,
-                                       port=self.http.port)
-        api = create_api(self.services, mcp_app=mcp_app)
-        if mcp_app is not None:
-            with_lifespan_of(api, mcp_app)
-        return api
+        assert self.services is not None
+        app, self.mcp = http_app(self.services, self.http.host, self.http.port, self.mcp)
+        return app
 
     def supervise(self) -> int:
         """Until a stop: 0, or the projector's ``FAILED_EXIT`` (it cannot go on)."""
-        assert self.pipeline is not None
+        if self.pipeline is None:
+            self.shutdown.stop.wait()
+            return 0
         return self.pipeline.supervise(self.shutdown.stop)
 
     def close(self) -> None:
@@ -335,21 +228,26 @@ class Service:
                 log.exception("serve: stopping a part failed")
 
 
-def with_lifespan_of(api: Any, mounted: Any) -> None:
-    """Run ``mounted``'s lifespan (MCP's session manager) inside ``api``'s, unless ``api`` has a
-    lifespan of its own (then it runs what it mounts itself)."""
-    from starlette.routing import _DefaultLifespan
+def with_console_key(settings: Settings) -> Settings:
+    """``settings`` with a console session key: its own, or one made now, which this start's
+    HTTP workers share (a cookie sealed by one opens in every other)."""
+    if settings.console_session_key is not None:
+        return settings
+    from cryptography.fernet import Fernet
+    from pydantic import SecretStr
 
-    if not isinstance(api.router.lifespan_context, _DefaultLifespan):
-        return
-    outer = api.router.lifespan_context
+    return settings.model_copy(update={"console_session_key": SecretStr(Fernet.generate_key().decode())})
 
-    @contextlib.asynccontextmanager
-    async def both(app: Any) -> Any:
-        async with mounted.router.lifespan_context(mounted), outer(app) as state:
-            yield state
 
-    api.router.lifespan_context = both
+def jobs_lease(settings: Settings, monitor: Database | None, job: str) -> Lease | None:
+    """The lease of a periodic job over the read models in ``settings.read_schema``: one
+    ``serve`` process at a time runs it."""
+    if monitor is None:
+        return None
+    return Lease(monitor.connect, f"palimpsest {job} {settings.read_schema}")
+
+
+__all__ = ["CannotListenError", "Endpoints", "Service", "jobs_lease", "run_serve", "serving"]
 
 
 @contextlib.contextmanager

@@ -38,7 +38,7 @@ class StoreServer:
         from projections.replay import make_projector
         from services.bootstrap import build_services
         from services.entrypoints.api import create_api
-        from services.entrypoints.serve import HttpServer
+        from services.entrypoints.http import HttpServer
 
         self.services = build_services(settings)
         self.projector = make_projector(settings, self.services.app, admin=admin)

@@ -41,7 +41,7 @@ class Server:
     def __init__(self, settings: Settings) -> None:
         from services.bootstrap import build_services
         from services.entrypoints.api import create_api
-        from services.entrypoints.serve import HttpServer
+        from services.entrypoints.http import HttpServer
 
         self.settings = settings
         self.services = build_services(settings)

@@ -27,6 +27,7 @@ from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from domain.values import Scope, ScopeKind
 from infra.postgres import Database
 from infra.settings import Settings
 from projections.replay import catch_up, make_projector
@@ -426,15 +427,24 @@ def test_another_tenants_ids_are_not_visible(
     assert [c["card_id"] for c in mine["cards"]] == [card_id] and mine["missing"] == [unknown]
 
 
-def test_a_session_serves_only_the_key_that_opened_it(services: Services, served: Served) -> None:
-    first, second = key_of(services, new_tenant()), key_of(services, new_tenant())
-    opened = raw_post(served, {"Authorization": f"Bearer {first}"})
-    session_id = opened.headers["mcp-session-id"]
-    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
-    stolen = httpx.post(served.url, json=listing, timeout=10, headers={
-        "Accept": "application/json, text/event-stream", "Authorization": f"Bearer {second}",
-        "Mcp-Session-Id": session_id, "Mcp-Protocol-Version": "2025-06-18"})
-    assert stolen.status_code == 404
+def test_no_session_is_kept_and_each_request_is_served_as_its_own_key(
+        services: Services, served: Served) -> None:
+    """Stateless: whichever HTTP worker takes a request answers it, as the key it carries; a
+    session id from elsewhere lends nothing."""
+    first, second = new_tenant(), new_tenant()
+    opened = raw_post(served, {"Authorization": f"Bearer {key_of(services, first)}"})
+    assert opened.status_code == 200 and "mcp-session-id" not in opened.headers
+    remember = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "remember", "arguments": {"kind": "state", "memory_type": "fact",
+                                          "subject": "user", "label": "address",
+                                          "content": "Kyoto"}}}
+    answered = httpx.post(served.url, json=remember, timeout=10, headers={
+        "Accept": "application/json, text/event-stream",
+        "Authorization": f"Bearer {key_of(services, second)}",
+        "Mcp-Session-Id": "a-session-of-someone-else", "Mcp-Protocol-Version": "2025-06-18"})
+    assert answered.status_code == 200 and '"remembered"' in answered.text, answered.text
+    assert services.app.live_slot(second, Scope(ScopeKind.PERSONAL), "user", "address")[1] is not None
+    assert services.app.live_slot(first, Scope(ScopeKind.PERSONAL), "user", "address")[1] is None
 
 
 def test_dns_rebinding_is_refused(services: Services, served: Served) -> None:

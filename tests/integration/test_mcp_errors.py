@@ -22,8 +22,8 @@ from infra.postgres import Database
 from infra.settings import Settings
 from services.bootstrap import Services, build_services
 from services.entrypoints.api import create_api
+from services.entrypoints.http import with_lifespan_of
 from services.entrypoints.mcp import mcp_http_app
-from services.entrypoints.serve import with_lifespan_of
 from tests.integration.rest_server import ServedApp
 from tests.support import new_tenant
 

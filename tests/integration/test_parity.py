@@ -29,8 +29,8 @@ from services.bootstrap import Services, build_services
 from services.command.commands import Remember
 from services.command.consolidation import Propose
 from services.entrypoints.api import create_api
+from services.entrypoints.http import with_lifespan_of
 from services.entrypoints.mcp import mcp_http_app, tool_specs
-from services.entrypoints.serve import with_lifespan_of
 from tests.integration.test_mcp import ToolFailed, call, http_session, patient
 from tests.support import Clock, new_tenant
 

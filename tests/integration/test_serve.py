@@ -19,6 +19,7 @@ from typing import Any
 from uuid import uuid4
 
 import psutil
+import psycopg
 import pytest
 from palimpsest_client import APIError, Client
 
@@ -199,6 +200,14 @@ def test_serve_answers_projects_and_stops_without_losing_a_write(served: Served)
         facts = client.facts("user")
         skills = {f["value"] for f in facts["facts"] if f["label"] == "skills"}
         assert skills == {skill for skill, _ in writer.accepted}, "an accepted write was lost"
+    # the new broker started empty: the relay published again only what the projector had not
+    # applied by the stop (it had applied the move at least), not the whole log
+    with psycopg.connect(host=str(served.data / "pg"), dbname="postgres", user="postgres") as conn:
+        head = conn.execute("SELECT max(notification_id) FROM palimpsest.palimpsest_events").fetchone()
+        again = conn.execute("SELECT published FROM palimpsest.relay_position "
+                             "WHERE relay_name = 'main'").fetchone()
+    assert head is not None and again is not None
+    assert again[0] <= head[0] - moved["position"], (again, head, moved)
     code, took = served.stop(signal.SIGINT)
     assert code == 0 and took < STOP_SECONDS, (code, took, served.err())
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 from infra.settings import Settings
-from services.entrypoints.pipeline import settings_env
+from services.entrypoints.children import settings_env
 
 
 def test_a_child_process_reads_the_same_settings(monkeypatch) -> None:  # type: ignore[no-untyped-def]

@@ -11,9 +11,9 @@ from infra.relay import Relay, RelayState
 from infra.settings import Settings
 
 
-def relay(embedded: bool) -> Relay:
+def relay(embedded: bool, mark: int | None = None) -> Relay:
     made = Relay(None, "127.0.0.1:9", topic="events", schema="palimpsest",  # type: ignore[arg-type]
-                 embedded_broker=embedded)
+                 embedded_broker=embedded, resume_from=None if mark is None else lambda: mark)
     made._state = RelayState(position=1234, published=1200, topic="events", topic_id="a")
     made._save = lambda state: None  # type: ignore[method-assign]
     return made
@@ -26,7 +26,26 @@ def test_the_embedded_broker_starting_empty_is_told_as_safe(caplog: pytest.LogCa
     assert said.levelno == logging.INFO
     text = said.getMessage()
     assert "the embedded broker starts empty" in text and "nothing is lost" in text
-    assert "1200 events up to position 1234" in text and "lost messages" not in text
+    assert "republishing the whole log" in text and "lost messages" not in text
+
+
+def test_it_republishes_only_what_the_consumers_have_not_handled(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="infra.relay")
+    saved: list[RelayState] = []
+    made = relay(embedded=True, mark=1230)
+    made._save = saved.append  # type: ignore[method-assign]
+    made._reset("the topic was missing", "b")
+    assert saved == [RelayState(position=1230, published=0, topic="events", topic_id="b")]
+    assert "republishing 4 event(s) after position 1230" in caplog.records[0].getMessage()
+
+
+def test_a_mark_past_the_relay_never_skips_what_it_has_not_published() -> None:
+    saved: list[RelayState] = []
+    made = relay(embedded=True, mark=5_000)
+    made._save = saved.append  # type: ignore[method-assign]
+    made._reset("the topic was missing", "b")
+    assert saved[0].position == 1234
 
 
 def test_an_external_broker_that_lost_messages_is_a_warning(caplog: pytest.LogCaptureFixture) -> None:

@@ -40,10 +40,15 @@ class App:
 def _service(interval: float) -> tuple[Service, App, Any]:
     settings = Settings(persistence="memory", retention_interval_seconds=interval,
                         retention_batch=7)
-    service = Service(settings, Shutdown(), host="127.0.0.1", port=0, mcp=False)
+    service = Service(settings, Shutdown(), host="127.0.0.1", port=0, mcp=False, workers=1)
     app, read = App(), object()
-    service.services = SimpleNamespace(app=app, queries=SimpleNamespace(read=read))
+    service.background = SimpleNamespace(app=app, read=read, keys=None, monitor=None)
     return service, app, read
+
+
+def _start(service: Service) -> None:
+    assert service.background is not None
+    service._start_retention(service.background)
 
 
 def _retention_threads() -> list[threading.Thread]:
@@ -53,7 +58,7 @@ def _retention_threads() -> list[threading.Thread]:
 def test_serve_starts_the_retention_thread_and_stops_it_within_the_deadline() -> None:
     service, app, read = _service(interval=3_600)
     before = len(_retention_threads())
-    service._start_retention()
+    _start(service)
     assert len(_retention_threads()) == before + 1
     assert not app.ran.is_set(), "the first run waits an interval"
     started = time.monotonic()
@@ -65,7 +70,7 @@ def test_serve_starts_the_retention_thread_and_stops_it_within_the_deadline() ->
 
 def test_each_run_goes_over_the_tenants_with_a_policy() -> None:
     service, app, _ = _service(interval=0.01)
-    service._start_retention()
+    _start(service)
     try:
         assert app.ran.wait(5), "no run"
         deadline = time.monotonic() + 5
@@ -82,8 +87,9 @@ def test_the_worker_has_the_settings_and_the_servers_services(monkeypatch: Any) 
 
     class Worker:
         def __init__(self, app: Any, read_models: Any, interval: float, batch: int,
-                     stop: threading.Event) -> None:
-            made.update(app=app, read=read_models, interval=interval, batch=batch, stop=stop)
+                     stop: threading.Event, lease: Any) -> None:
+            made.update(app=app, read=read_models, interval=interval, batch=batch, stop=stop,
+                        lease=lease)
 
         def start(self) -> None:
             made["started"] = True
@@ -93,7 +99,7 @@ def test_the_worker_has_the_settings_and_the_servers_services(monkeypatch: Any) 
 
     monkeypatch.setattr("services.command.retention.RetentionWorker", Worker)
     service, app, read = _service(interval=42.0)
-    service._start_retention()
+    _start(service)
     service.close()
     assert made == {"app": app, "read": read, "interval": 42.0, "batch": 7,
-                    "stop": service.shutdown.stop, "started": True, "stopped": 1.0}
+                    "stop": service.shutdown.stop, "lease": None, "started": True, "stopped": 1.0}

@@ -11,6 +11,7 @@ from services.entrypoints.cli import local
 
 def register(cli: typer.Typer) -> None:
     cli.command()(serve)
+    cli.command("api-worker", hidden=True)(api_worker)
 
 
 def serve(
@@ -21,6 +22,13 @@ def serve(
     key: bool = typer.Option(None, "--key/--no-key",
                              help="Make a key for the tenant 'local' on the first start (default: on "
                                   "the embedded PostgreSQL only)."),
+    workers: int = typer.Option(None, min=1, max=64, help="HTTP processes (default "
+                                "PALIMPSEST_API_WORKERS: one per core, at most 4; 1 answers in the "
+                                "serving process)."),
+    pipeline: bool = typer.Option(None, "--pipeline/--no-pipeline",
+                                  help="Run the broker, relay, projector and extraction worker too "
+                                       "(default PALIMPSEST_SERVE_PIPELINE, on); off where they run "
+                                       "as services of their own."),
     data_dir: Path = local.DataDir,
     as_json: bool = typer.Option(False, "--json", help="Once it answers, one JSON object on stdout: "
                                  "the REST and MCP URLs, and the key when just made."),
@@ -35,6 +43,8 @@ def serve(
     from services.entrypoints.serve import CannotListenError, run_serve
 
     settings = local.settings(data_dir, as_json=as_json, create=True)
+    changed = {"api_workers": workers, "serve_pipeline": pipeline}
+    settings = settings.model_copy(update={k: v for k, v in changed.items() if v is not None})
     if settings.persistence != "postgres":
         raise typer.BadParameter("serve needs PostgreSQL: unset PALIMPSEST_PERSISTENCE=memory")
     try:
@@ -45,6 +55,18 @@ def serve(
     except OSError as error:
         fail(as_json, "cannot_serve", f"cannot serve: {error}")
     exit_now(code)
+
+
+def api_worker(
+    fd: int = typer.Option(..., help="The listening socket's file descriptor, inherited."),
+    ready_fd: int = typer.Option(None, help="A pipe to write 'ready' to once it listens."),
+    no_mcp: bool = typer.Option(False, "--no-mcp"),
+) -> None:
+    """One HTTP worker process of `palimpsest serve` (started by serve, never by hand)."""
+    from infra.settings import Settings
+    from services.entrypoints.api_workers import run_api_worker
+
+    exit_now(run_api_worker(Settings(), fd, ready_fd, mcp=not no_mcp))
 
 
 def exit_now(code: int) -> None:

@@ -45,6 +45,9 @@ class RetrievalQuery:
     subject_prefix: str | None = None
     agent_ids: tuple[str, ...] = ()
     session_ids: tuple[str, ...] = ()
+    #: The caller's own write position (a read's ``min_position``): what the read path keeps per
+    #: tenant from before the read models held it is read again.
+    fresh_from: int | None = None
 
     def __post_init__(self) -> None:
         # the command boundary's text hygiene (InvalidTextError naming the field): a NUL byte or a

@@ -19,6 +19,7 @@ import psycopg
 from psycopg import sql
 
 from domain.errors import InvalidCommandError
+from projections.cards import NAME
 from projections.text import query_terms
 from services.query.retrieval.lexicon import BY_WORD, EXAMPLES, types_named
 from services.query.retrieval.naming import (
@@ -56,10 +57,17 @@ UNION ALL (SELECT c.card_id, c.aggregate_id FROM {s}.cards c
 WEIGHED_ITEMS = 3
 
 
+#: The tenant's projected position (the route's connection sees the tenant's rows only).
+_POSITION = ("SELECT coalesce(max(position), 0) AS position FROM {s}.projection_position "
+             "WHERE projection = %(projection)s")
+
+
 class SlotFinder:
     """The slot stage of the read path: one per retriever. It keeps each tenant's slots for
-    ``ttl`` seconds (a slot opened since is named once the catalogue is read again) and each
-    label's embedding for as long as the process runs."""
+    ``ttl`` seconds (a slot opened since is named once the catalogue is read again) — unless
+    the question is asked fresh from a position the kept catalogue was read before (a caller's
+    own write, ``min_position``: written through another process, it is in no overlay here) —
+    and each label's embedding for as long as the process runs."""
 
     name = "slots"
 
@@ -70,7 +78,7 @@ class SlotFinder:
         self.embed = embed
         self.ttl = ttl
         self.clock = clock
-        self._catalogues: dict[tuple[str, Any], tuple[float, Slots]] = {}
+        self._catalogues: dict[tuple[str, Any], tuple[float, int, Slots]] = {}
         self._labels: dict[str, np.ndarray] = {}
         self._examples: tuple[list[str], np.ndarray] | None = None
         self._lock = threading.Lock()
@@ -115,19 +123,23 @@ class SlotFinder:
 
     def catalogue(self, conn: psycopg.Connection[Any], ctx: RouteContext, query: RetrievalQuery,
                   tenant_id: str) -> Slots:
-        """The tenant's slots in the query's scope, read at most once per ``ttl``."""
+        """The tenant's slots in the query's scope, read at most once per ``ttl`` (and again for a
+        question asked fresh from a position the kept ones were read before)."""
         key = (tenant_id, (query.project_id, query.group_ids, query.include_global))
         now = self.clock()
         with self._lock:
             cached = self._catalogues.get(key)
-        if cached is not None and now - cached[0] < self.ttl:
-            return cached[1]
+        if cached is not None and now - cached[0] < self.ttl and (
+                query.fresh_from is None or cached[1] >= query.fresh_from):
+            return cached[2]
+        row = conn.execute(sql.SQL(_POSITION).format(s=ctx.s), {"projection": NAME}).fetchone()
+        position = int(row["position"]) if row else 0  # read first: the slots hold at least it
         statement = sql.SQL(_CATALOGUE).format(s=ctx.s, scope=scope_of("s"))
         slots = Slots([SlotEntry(**row) for row in conn.execute(statement, parameters(query))])
         with self._lock:
             if len(self._catalogues) > 4_096:
                 self._catalogues.clear()
-            self._catalogues[key] = (now, slots)
+            self._catalogues[key] = (now, position, slots)
         return slots
 
     def similarities(self, text: str, labels: Sequence[str],
