@@ -464,7 +464,7 @@ class CachedEmbedder(Embedder):
                 sql.SQL(
                     "INSERT INTO {} (tenant_id, model, content_hash, embedding) "
                     "SELECT tenant, %s, digest, vector "
-                    "FROM unnest(%s::text[], %s::bytea[], %s) AS v(tenant, digest, vector) "
+                    "FROM unnest(%s::text[], %s::bytea[], %b) AS v(tenant, digest, vector) "
                     "ON CONFLICT (tenant_id, model, content_hash) DO NOTHING"
                 ).format(self._table),
                 (self.model, [tenant for tenant, _ in vectors], [digest for _, digest in vectors],

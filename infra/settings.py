@@ -158,6 +158,10 @@ class Settings(BaseSettings):
     rebuild_workers: int = Field(default_factory=lambda: min(4, os.cpu_count() or 1), ge=1)
     #: Run the embedding projection inside the projector process.
     projector_embeddings: bool = True
+    #: Once a projector says it applied cards, the embedder waits this long for more before it
+    #: embeds them in one batch (the offline encoder does twice the texts per CPU-second at
+    #: batches of 16 as one at a time); the delay a card waits to be searchable by meaning.
+    embedding_window_ms: int = Field(default=100, ge=0, le=10_000)
     #: The PostgreSQL schema that holds the event store.
     event_schema: str = "palimpsest"
     pool_size: int = 5

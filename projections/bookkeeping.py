@@ -28,11 +28,19 @@ class Batch:
     erased: list[Any] = field(default_factory=list)
 
 
+def channel(schema: str) -> str:
+    """The notification channel on which projectors of ``schema`` say they applied events (the
+    embedder listens: :class:`projections.embeddings.EmbeddingProjection`)."""
+    return f"palimpsest_cards_{schema}"
+
+
 class Bookkeeping:
     """The statements of one schema's bookkeeping."""
 
     def __init__(self, schema: str) -> None:
         s = sql.Identifier(schema)
+        #: Said at commit on the schema's channel when a batch applied events (the embedder wakes).
+        self.notify = "SELECT pg_notify(%s, '')"
         self.set_tenant = "SELECT set_config('palimpsest.tenant', %s, true)"
         #: One transaction at a time per tenant (and projection and schema), locks taken in one
         #: order: two projectors given the same events at once (consumer-group members during a

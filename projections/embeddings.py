@@ -9,6 +9,11 @@ does not pay twice) and written tenant by tenant, as float32 arrays through pgve
 adapter (:mod:`infra.vectors`). ``card_embeddings.content_hash`` is that key, so an erasure finds
 the cache entries of the texts it forgets. A tombstone (``erased_at`` set) is never embedded; a
 card erased while its vector was being made gets none, and its text's entry leaves the cache.
+
+A projector that applied events says so on the schema's channel (a ``pg_notify`` committed with
+its rows: :func:`projections.bookkeeping.channel`); :meth:`EmbeddingProjection.wait` wakes on it,
+whichever projector process applied them, so the embedder neither reads the cards table again and
+again nor makes a card wait for its next look.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from psycopg import sql
 
 from infra.embedders import CacheKeys, Embedder
 from infra.vectors import VectorTypes
+from projections.bookkeeping import channel
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +43,8 @@ class EmbeddingProjection:
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], schema: str,
                  embedder: Embedder, keys: CacheKeys | None = None) -> None:
         self.connect = connect
+        self.channel = channel(schema)
+        self._listener: psycopg.Connection[Any] | None = None
         self.embedder = embedder
         #: The embedder's own keys when it is the cache (one key for the cache and the row).
         self.keys: CacheKeys = getattr(embedder, "keys", None) or keys or CacheKeys()
@@ -88,6 +96,25 @@ class EmbeddingProjection:
                             gone.setdefault(tenant_id, []).append(digest)
         self._purge(gone)
         return len(rows)
+
+    def wait(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for a projector to say it applied cards: True when one
+        did (or the channel cannot be listened to: then look anyway)."""
+        try:
+            if self._listener is None or self._listener.closed:
+                self._listener = self.connect()
+                self._listener.autocommit = True
+                self._listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
+            return any(True for _ in self._listener.notifies(timeout=timeout, stop_after=1))
+        except psycopg.Error as error:
+            log.debug("cannot listen on %s: %s", self.channel, error)
+            self.close()
+            return True
+
+    def close(self) -> None:
+        listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
 
     def _embed(self, items: list[tuple[str, bytes, str]]) -> list[list[float]]:
         """Vectors of ``(tenant, key, text)``: through the cache's keys when it is one."""

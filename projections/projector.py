@@ -37,7 +37,7 @@ from uuid import UUID
 import psycopg
 
 from domain.errors import PalimpsestError
-from projections.bookkeeping import Batch, Bookkeeping
+from projections.bookkeeping import Batch, Bookkeeping, channel
 from projections.cards import ERASED, NAME, operations, storable
 from projections.decisions import ProjectionDecisions, Skips, skips
 from projections.parking import (
@@ -124,6 +124,7 @@ class Projector:
     ) -> None:
         self.connect = connect
         self.schema = schema
+        self.channel = channel(schema)
         self.name = name
         self.fetch_missing = fetch_missing
         self.decisions = decisions
@@ -198,6 +199,8 @@ class Projector:
                                                   pipelined)
                 for decision in decided:
                     applied += self._decide(cur, decision, state, pipelined)
+                if applied:  # told at commit: the embedder wakes for the cards
+                    cur.execute(self.sql.notify, (self.channel,))
         except (ProjectionError, _Redo):
             self._discard()
             raise

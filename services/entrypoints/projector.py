@@ -187,8 +187,8 @@ class Pulse:
 def start_embeddings(settings: Settings, stop: threading.Event) -> threading.Thread:
     """The embedding loop on a daemon thread until ``stop``, while this process holds the lease."""
     projection = embedding_projection(settings)
-    thread = threading.Thread(target=embedding_loop, args=(projection, stop),
-                              kwargs={"lease": embedding_lease(settings)}, daemon=True,
-                              name="embeddings")
+    thread = threading.Thread(target=embedding_loop, args=(projection, stop), kwargs={
+        "lease": embedding_lease(settings), "idle": 2.0,
+        "window": settings.embedding_window_ms / 1000}, daemon=True, name="embeddings")
     thread.start()
     return thread

@@ -108,3 +108,32 @@ def test_one_process_embeds_while_another_stands_by_then_takes_over(
             stop.set()
         for loop in loops:
             loop.join(timeout=10)
+
+
+def test_the_embedder_wakes_when_a_projector_applies_cards_and_embeds_them_together(
+        pg_settings: Settings, admin_db: Database, app: Palimpsest) -> None:
+    tenant = new_tenant()
+    app.remember(tenant, state("address", "Taipei"))
+    rebuild(pg_settings, app, into=SCHEMA, workers=1)
+    settings = pg_settings.model_copy(update={"read_schema": SCHEMA})
+    model = f"fake-{tenant}"
+    recording = Recording(model)
+    connect: Any = admin_db.connect
+    stop = threading.Event()
+    loop = threading.Thread(target=embedding_loop, daemon=True, kwargs={
+        "projection": EmbeddingProjection(connect, SCHEMA, recording), "stop": stop,
+        "idle": 10.0, "window": 1.0})  # no look without a word from a projector
+    projector = make_projector(settings, app, SCHEMA, admin_db)
+    try:
+        loop.start()
+        wait_until(lambda: unembedded(admin_db, model) == 0)
+        time.sleep(0.3)  # it is listening now
+        for skill in ("Rust", "Go", "Zig"):  # three writes, applied in three batches
+            app.remember(tenant, state("skills", skill))
+            catch_up(projector, app)
+        wait_until(lambda: unembedded(admin_db, model) == 0, timeout=10)
+        (batch,) = [" ".join(texts) for texts in recording.calls if any("Rust" in t for t in texts)]
+        assert "Go" in batch and "Zig" in batch, "the writes within the window are embedded together"
+    finally:
+        stop.set()
+        projector.close()
