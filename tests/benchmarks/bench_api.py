@@ -105,12 +105,13 @@ class Server:
 
 def start_server(folder: Path, log: Path, extra: dict[str, str] | None = None,
                  cwd: Path | None = None, args: tuple[str, ...] = ()) -> Server:
-    """``palimpsest serve`` in ``folder`` (``extra``: more environment; ``cwd``: where it runs,
-    ``folder`` by default); returns once it printed its banner."""
-    env = {**os.environ, "PALIMPSEST_DATA_DIR": str(folder / "data"),
-           "PALIMPSEST_API_PORT": str(free_port()), **LIFTED, **(extra or {})}
-    env.pop("PALIMPSEST_DATABASE_URL", None)
-    env.pop("PALIMPSEST_KAFKA_BOOTSTRAP", None)
+    """``palimpsest serve`` in ``folder`` (``extra``: more environment, e.g. another server's
+    database; ``cwd``: where it runs, ``folder`` by default); returns once it printed its banner
+    (its key is empty when it made none: on an external database)."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PALIMPSEST_DATABASE_URL", "PALIMPSEST_KAFKA_BOOTSTRAP")}
+    env.update({"PALIMPSEST_DATA_DIR": str(folder / "data"), "PALIMPSEST_API_PORT": str(free_port()),
+                **LIFTED, **(extra or {})})
     process = subprocess.Popen([sys.executable, "-m", "services.entrypoints.cli", "serve", *args], env=env,
                                cwd=cwd or folder, stdout=subprocess.PIPE, stderr=log.open("w"), text=True)
     assert process.stdout is not None
@@ -134,12 +135,13 @@ def start_server(folder: Path, log: Path, extra: dict[str, str] | None = None,
         text = "".join(seen)
         found = {name: re.search(pattern, text) for name, pattern in
                  (("url", r"REST\s+(\S+)/v1"), ("mcp", r"MCP\s+(\S+)"), ("key", r"key\s+(pk_\S+)"))}
-        if not all(found.values()):
+        if not (found["url"] and found["mcp"]):
             raise SystemExit(f"could not read the banner:\n{text}")
     except BaseException:  # not started, or interrupted while starting: leave nothing running
         stop_server(Server(process, "", "", "", seen))
         raise
-    return Server(process, found["url"][1], found["key"][1], found["mcp"][1], seen)  # type: ignore[index]
+    key = found["key"][1] if found["key"] else ""
+    return Server(process, found["url"][1], key, found["mcp"][1], seen)  # type: ignore[index]
 
 
 def stop_server(server: Server) -> float:

@@ -1,0 +1,227 @@
+"""Throughput as processes are added, 1 → 2, each pair measured in one run on this machine.
+
+    .venv/bin/python -m tests.benchmarks.bench_scale [--writes 2000] [--clients 8]
+        [--read-seconds 10] [--events 10000] [--tenants 40] [--only api|projector] [--json]
+
+- **API processes.** ``palimpsest serve --workers 1`` on the embedded default (its PostgreSQL,
+  broker, relay and projector), and a second ``palimpsest serve --workers 1 --no-pipeline`` on the
+  same database (the first one's PostgreSQL as an external server, its master key), both behind a
+  round-robin TCP balancer of ours (:mod:`tests.benchmarks.balancer`). ``--clients`` threads, a
+  connection each, write ``--writes`` state cards through the balancer with one backend, then
+  with both; then search for ``--read-seconds`` with one, then both. The balancer's own CPU is
+  paid in both runs alike.
+- **Projectors.** A corpus of ``--events`` events over ``--tenants`` tenants is relayed to a topic
+  of ``kafka_partitions`` partitions (tenants hashed to partitions); one projector process
+  (``palimpsest project``) applies it into a fresh schema, then two in one consumer group apply the
+  same log, relayed to a topic of its own, into another: events/s from the first applied event to
+  the last, as ``make bench`` measures Faust.
+
+Figures print beside their one-process baseline; ``--json`` prints one JSON object last:
+``{"api": {"1": writes/s, "2": writes/s}, "api_reads": {"1": searches/s, "2": searches/s},
+"projector": {"1": events/s, "2": events/s}}``. Goals: 2 API processes ≥ 1.5× one, 2 projectors
+≥ 1.6× one. On two cores every process shares them with PostgreSQL: the figures say how much a
+second process buys here, not on a machine with cores to spare.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from palimpsest_client import Client
+
+from infra.broker import EmbeddedBroker, ensure_topic
+from infra.postgres import admin_database, stop_embedded
+from infra.relay import Relay
+from infra.settings import Settings
+from services.factory import create_app
+from tests.benchmarks.balancer import Balancer
+from tests.benchmarks.bench_api import Server, in_threads, remember_over_rest, start_server, stop_server
+from tests.benchmarks.bench_pipeline import (
+    corpus,
+    cpu_seconds,
+    fresh_schema,
+    last_per_tenant,
+    positions,
+    projector_process,
+)
+
+QUESTIONS = ("where does bench-1 live?", "item 7 of writer 3", "what is value 12?",
+             "bench-4 items", "writer 2 value 30")
+
+
+def ratio(figures: dict[str, float]) -> str:
+    return f"{figures['2'] / figures['1']:.2f}×" if figures.get("1") else "?"
+
+
+# --- API processes ---------------------------------------------------------------------------
+
+
+def second_server(folder: Path, first: Path) -> Server:
+    """``serve --workers 1 --no-pipeline`` on the database of the server in ``first``."""
+    pid = (first / "data" / "pg" / "postmaster.pid").read_text().splitlines()
+    socket_dir, port = pid[4] if len(pid) > 4 and pid[4] else str(first / "data" / "pg"), pid[3]
+    extra = {"PALIMPSEST_DATABASE_URL": f"postgresql://postgres@/postgres?host={socket_dir}&port={port}",
+             "PALIMPSEST_MASTER_KEY": (first / "data" / "master.key").read_text().strip(),
+             "PALIMPSEST_CONSOLIDATION_ENABLED": "false"}
+    return start_server(folder, folder / "serve.log", extra=extra,
+                        args=("--workers", "1", "--no-pipeline"))
+
+
+def searches(url: str, key: str, clients: int, seconds: float) -> float:
+    """Searches per second by ``clients`` threads, a connection each, for ``seconds``."""
+    def work(index: int) -> list[float]:
+        done, end = [], time.perf_counter() + seconds
+        with Client(url, key, timeout=60) as api:
+            while time.perf_counter() < end:
+                started = time.perf_counter()
+                api.search(QUESTIONS[(index + len(done)) % len(QUESTIONS)])
+                done.append(time.perf_counter() - started)
+        return done
+
+    calls, wall = in_threads(clients, work)
+    return len(calls) / wall
+
+
+def api_scale(folder: Path, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    quiet = {"PALIMPSEST_CONSOLIDATION_ENABLED": "false"}
+    for name in ("a", "b"):
+        (folder / name).mkdir(parents=True, exist_ok=True)
+    first = start_server(folder / "a", folder / "a" / "serve.log", extra=quiet,
+                         args=("--workers", "1"))
+    second: Server | None = None
+    writes: dict[str, float] = {}
+    reads: dict[str, float] = {}
+    try:
+        second = second_server(folder / "b", folder / "a")
+        backends = [url.removeprefix("http://") for url in (first.url, second.url)]
+        per_client = max(1, args.writes // args.clients)
+        with Balancer(backends[:1]) as balancer:
+            via = Server(first.process, balancer.url, first.key, "")
+            remember_over_rest(via, args.clients, 20, offset=10_000_000)  # warm-up, not counted
+            for count in (1, 2):
+                balancer.backends = backends[:count]
+                remember_over_rest(via, args.clients, 5, offset=20_000_000 + count)  # its warm-up
+                made, wall = remember_over_rest(via, args.clients, per_client, offset=count * 100_000)
+                writes[str(count)] = round(len(made) / wall, 1)
+                print(f"writes, {count} API process(es)   {writes[str(count)]:>8,.0f} /s  "
+                      f"({len(made)} remember calls, {args.clients} clients)", flush=True)
+            print(f"writes, 2 ÷ 1                 {ratio(writes):>9}  (goal ≥ 1.5×)", flush=True)
+            for count in (1, 2):
+                balancer.backends = backends[:count]
+                searches(balancer.url, first.key, args.clients, 2.0)  # warm-up, not counted
+                reads[str(count)] = round(searches(balancer.url, first.key, args.clients,
+                                                   args.read_seconds), 1)
+                print(f"searches, {count} API process(es) {reads[str(count)]:>8,.0f} /s", flush=True)
+            print(f"searches, 2 ÷ 1               {ratio(reads):>9}", flush=True)
+    finally:
+        if second is not None:
+            stop_server(second)
+        stop_server(first)
+    return {"api": writes, "api_reads": reads}
+
+
+# --- projectors ------------------------------------------------------------------------------
+
+
+def projector_rate(settings: Settings, app: Any, head: int, folder: Path, processes: int) -> float:
+    """Events/s of ``processes`` projectors in one group over the log relayed to a topic of its
+    own, from the first applied event to the last."""
+    topic = f"bench-scale-{processes}"
+    ensure_topic(settings.kafka_bootstrap or "", topic, settings.kafka_partitions)
+    relay = Relay.from_settings(app.recorder, settings.model_copy(update={"kafka_topic": topic}),
+                                settings.kafka_bootstrap or "", name=topic)
+    while relay.position < head:
+        relay.run_once(timeout=0.5)
+    relay.close()
+    schema = f"bench_scale_{processes}"
+    fresh_schema(settings, schema, head=head)
+    wanted = last_per_tenant(app)
+    running = [projector_process(settings, schema, topic, folder / f"{topic}-{i}.log")
+               for i in range(processes)]
+    try:
+        first, deadline = None, time.monotonic() + 900
+        while True:
+            seen = positions(settings, schema)
+            if seen and first is None:
+                first = time.perf_counter()
+            if all(seen.get(t, 0) >= p for t, p in wanted.items()):
+                break
+            if time.monotonic() > deadline or any(p.poll() is not None for p in running):
+                raise RuntimeError((folder / f"{topic}-0.log").read_text()[-2000:])
+            time.sleep(0.05)
+        done = time.perf_counter()
+        cpu = sum(cpu_seconds(p.pid) for p in running)
+    finally:
+        for process in running:
+            process.terminate()
+            process.wait(timeout=30)
+    rate = head / (done - (first or done)) if first and done > first else float("nan")
+    print(f"projectors ×{processes}                {rate:>8,.0f} events/s  ({head} events; "
+          f"{cpu / head * 1e6:.0f} µs of projector CPU an event)", flush=True)
+    return round(rate, 1)
+
+
+def projector_scale(folder: Path, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    broker = EmbeddedBroker(folder)
+    try:
+        bootstrap = broker.start()
+        settings = Settings(data_dir=folder / "data", kafka_bootstrap=bootstrap,
+                            read_schema="bench_scale_live")
+        app = create_app(settings)
+        app.bench_settings = settings  # type: ignore[attr-defined]
+        with admin_database(settings).connect(autocommit=True) as conn:  # quick to write
+            conn.execute("ALTER SYSTEM SET synchronous_commit = off")
+            conn.execute("SELECT pg_reload_conf()")
+        print(f"corpus: {args.events} events over {args.tenants} tenants …", flush=True)
+        corpus(app, args.events, args.tenants)
+        head = app.recorder.max_notification_id() or 0
+        with admin_database(settings).connect(autocommit=True) as conn:  # measured as a user runs it
+            conn.execute("ALTER SYSTEM RESET synchronous_commit")
+            conn.execute("SELECT pg_reload_conf()")
+        rates = {str(n): projector_rate(settings, app, head, folder, n) for n in (1, 2)}
+        print(f"projectors, 2 ÷ 1             {ratio(rates):>9}  (goal ≥ 1.6×; "
+              f"{settings.kafka_partitions} partitions)", flush=True)
+        app.close()
+    finally:
+        broker.stop()
+        stop_embedded(folder / "data")
+    return {"projector": rates}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--writes", type=int, default=2_000)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--read-seconds", type=float, default=10.0)
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--tenants", type=int, default=40)
+    parser.add_argument("--only", choices=("api", "projector"))
+    parser.add_argument("--keep", action="store_true", help="keep the data folders")
+    parser.add_argument("--json", action="store_true",
+                        help="progress to stderr; one JSON object on stdout, last")
+    args = parser.parse_args()
+    folder = Path(tempfile.mkdtemp(prefix="palimpsest-bench-scale-"))
+    found: dict[str, Any] = {}
+    try:
+        with contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext():
+            if args.only in (None, "api"):
+                found.update(api_scale(folder / "api", args))
+            if args.only in (None, "projector"):
+                found.update(projector_scale(folder / "projector", args))
+    finally:
+        if not args.keep:
+            shutil.rmtree(folder, ignore_errors=True)
+    if args.json:
+        print(json.dumps(found))
+
+
+if __name__ == "__main__":
+    main()
