@@ -45,7 +45,8 @@ class ApiWorkers:
 
     def __init__(self, settings: Settings, host: str, port: int, count: int,
                  mcp: bool = True) -> None:
-        self.sock = bind(host, port)
+        bound = bind(host, port)
+        self.sock = socket.socket(fileno=above_stdio(bound.detach()))
         self.host = host
         self.port: int = self.sock.getsockname()[1]
         settings = settings.model_copy(update={"api_host": host, "api_port": self.port})
@@ -67,6 +68,7 @@ class ApiWorkers:
         pipes = []
         for worker in self.workers:
             read, write = os.pipe()
+            write = above_stdio(write)
             try:
                 worker.start(["--ready-fd", str(write)], pass_fds=[write])
             finally:
@@ -111,6 +113,19 @@ class ApiWorkers:
             worker.stop(timeout)
         with contextlib.suppress(OSError):
             self.sock.close()
+
+
+def above_stdio(fd: int) -> int:
+    """``fd``, or a copy of it numbered 3 or above (the original closed): a process started with
+    a standard stream closed gets its lowest numbers for new files, and a descriptor handed to a
+    child as 0, 1 or 2 would be taken for the child's own stream."""
+    if fd > 2:
+        return fd
+    import fcntl
+
+    copy = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    os.close(fd)
+    return copy
 
 
 # --- the worker process ----------------------------------------------------------------------
