@@ -23,12 +23,12 @@ import psycopg
 from psycopg import sql
 
 from infra.postgres import Database
+from projections.copying import copy_tables
 from projections.decisions import Skips
 from projections.eventlog import ERASED_TOPIC, Palimpsest, decoded, events_table, read_pages
 from projections.fold import (
     Folded,
     Progress,
-    Table,
     collector_paused,
     failure_rows,
     fold,
@@ -36,33 +36,8 @@ from projections.fold import (
     tracking_rows,
 )
 from projections.projector import TRANSIENT, ProjectionError
-from projections.schema import fill_words
-from projections.sinks import ARRAYS, MemorySink, array_literal, range_literal
+from projections.sinks import MemorySink
 from projections.text import warm_up
-
-#: Tables a fold gives, as ``MemorySink.rows`` gives them.
-Tables = dict[str, Table]
-
-
-def copy_tables(cur: Any, schema: str, tables: Tables) -> dict[str, int]:
-    """Each table's rows copied into ``schema`` (COPY); the number copied per table."""
-    counts: dict[str, int] = {}
-    for table, (columns, rows) in tables.items():
-        statement = sql.SQL("COPY {}.{} ({}) FROM STDIN").format(
-            sql.Identifier(schema), sql.Identifier(table),
-            sql.SQL(", ").join(map(sql.Identifier, columns)))
-        literal = [(i, _LITERALS[c]) for i, c in enumerate(columns) if c in _LITERALS]
-        with cur.copy(statement) as copy:
-            for row in rows:
-                if literal:
-                    values = list(row)
-                    for i, to_literal in literal:
-                        values[i] = to_literal(values[i])
-                    copy.write_row(values)
-                else:
-                    copy.write_row(row)
-        counts[table] = len(rows)
-    return counts
 
 
 def check_counts(cur: Any, schema: str, counts: dict[str, int]) -> None:
@@ -115,8 +90,7 @@ def _fold_share(admin: Database, events: sql.Composable, schema: str, head: int,
                 known_at: datetime | None, share: tuple[int, int], mapper: Any, ready: Any,
                 reached: Any, results: Any, skipped: Skips) -> None:
     """A rebuild process: read and fold its share of the aggregates' events, then, once the
-    schema is ready, copy its rows and write their words; send back what must be merged, or its
-    error."""
+    schema is ready, copy its rows; send back what must be merged, or its error."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a stop ends this process, nothing more
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})  # blocked by _start
     gc.disable()  # the process lives for one fold and copy (see collector_paused)
@@ -135,7 +109,6 @@ def _fold_share(admin: Database, events: sql.Composable, schema: str, head: int,
             raise ProjectionError("the fresh schema was not made within 10 minutes")
         with admin.connect() as conn, conn.transaction(), conn.cursor() as cur:
             counts = copy_tables(cur, schema, tables)
-            fill_words(cur, schema, share)
         results.send((counts, folded.sink.edges, folded.sink.cases, folded.positions,
                       folded.count))
     except BaseException as error:  # the parent raises it: a message pickles, an error may not
@@ -263,9 +236,3 @@ def _copy_gathered(admin: Database, schema: str, head: int, results: list[Any]
         counts.update(copy_tables(cur, schema, tables))
         check_counts(cur, schema, counts)
     return counts, events
-
-
-#: Columns copied as literals of their own (the COPY would otherwise dump them element by element).
-_LITERALS: dict[str, Callable[[Any], str | None]] = {
-    **dict.fromkeys(ARRAYS, array_literal), "valid": range_literal, "known": range_literal,
-}

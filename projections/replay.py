@@ -2,14 +2,14 @@
 
 ``rebuild`` folds the whole log through :func:`projections.cards.operations` into
 :class:`MemorySink` s (:mod:`projections.fold`; the server makes the fresh schema meanwhile),
-copies the rows into it (:mod:`projections.bulk`, in ``rebuild_workers`` forked processes),
-checks them, builds the secondary indexes over them (cheaper than maintaining them row by row),
-and swaps the schema in with two renames in one transaction (queries keep reading the old one
-until the commit). It then catches the new schema up incrementally with the events written
-meanwhile. With ``known_at`` it builds the read models as they were known at that moment into a
-schema of their own, and swaps nothing; an erasure recorded since is retroactive there too: its
-cards are tombstones, ``erased_at`` its time (:mod:`projections.fold`), the erasure itself not
-listed.
+copies the rows into it (:mod:`projections.bulk`, in ``rebuild_workers`` forked processes; in
+PostgreSQL's binary format, :mod:`projections.copying`), checks them, builds the secondary
+indexes over them (cheaper than maintaining them row by row), and swaps the schema in with two
+renames in one transaction (queries keep reading the old one until the commit). It then
+catches the new schema up incrementally with the events written meanwhile. With ``known_at`` it
+builds the read models as they were known at that moment into a schema of their own, and swaps
+nothing; an erasure recorded since is retroactive there too: its cards are tombstones,
+``erased_at`` its time (:mod:`projections.fold`), the erasure itself not listed.
 
 Poison events park their aggregates in the fold as the incremental projector parks them
 (decision 0007), and the operators' skip decisions are read from the log first; the rebuilt
@@ -28,9 +28,11 @@ import logging
 import multiprocessing
 import queue
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from typing import Any
 from uuid import UUID
 
@@ -60,7 +62,13 @@ from projections.eventlog import (
 )
 from projections.fold import Progress, fold, share_of
 from projections.projector import TRANSIENT, Delivered, ProjectionError, Projector
-from projections.schema import arm_words, create_functions, create_read_schema, index_statements
+from projections.schema import (
+    arm_words,
+    create_functions,
+    create_read_schema,
+    fill_words,
+    index_statements,
+)
 from projections.status import parked
 from projections.vector_index import Kind, vector_rows
 
@@ -154,28 +162,37 @@ def catch_up(projector: Projector, app: Palimpsest, after: int | None = None,
 def build_indexes(admin: Database, schema: str, vector_index: Kind, words: bool, connections: int
                   ) -> None:
     """The read models' indexes built over the copied rows (cheaper than maintaining them during
-    the copy), on ``connections`` connections at once, each taking the next statement left;
-    then the words index armed. The vector index is sized to the vectors copied."""
+    the copy) and, with ``words``, the words index filled from the copied cards beside them, one
+    share of the cards per connection: on ``connections`` connections at once, each taking the
+    next job left (the words first, the costliest); then the words index armed. The vector index
+    is sized to the vectors copied."""
     with admin.connect(autocommit=True) as conn:
         vectors = vector_rows(conn, schema) if vector_index == "ivfflat" else 0
-    left: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    left: queue.SimpleQueue[Callable[[Any], Any]] = queue.SimpleQueue()
+    for part in range(connections if words else 0):
+        share = (part, connections) if connections > 1 else None
+        left.put(partial(fill_words, schema=schema, share=share))
     for statement in index_statements(schema, vector_index, vectors):
-        left.put(statement)
+        left.put(partial(_execute, statement))
 
     def build() -> None:
-        with admin.connect(autocommit=True) as conn:
+        with admin.connect(autocommit=True) as conn, conn.cursor() as cur:
             while True:
                 try:
-                    statement = left.get_nowait()
+                    job = left.get_nowait()
                 except queue.Empty:
                     return
-                conn.execute(statement)
+                job(cur)
 
     with ThreadPoolExecutor(max_workers=connections) as pool:
         for built in [pool.submit(build) for _ in range(connections)]:
             built.result()
     with admin.connect(autocommit=True) as conn:
-        arm_words(conn, schema, words)
+        arm_words(conn, schema, words=False)
+
+
+def _execute(statement: sql.Composable, cur: Any) -> None:
+    cur.execute(statement)
 
 
 def fresh_schema(settings: Settings, admin: Database, schema: str) -> None:
@@ -223,7 +240,7 @@ def _rebuild(settings: Settings, app: Palimpsest, admin: Database, target: str,
     try:
         rows, count = _fold_and_copy(settings, app, admin, target, head, known_at, progress,
                                      workers)
-        build_indexes(admin, target, vector_index, words=workers == 1, connections=workers)
+        build_indexes(admin, target, vector_index, words=True, connections=workers)
     except (RowsRefusedError, psycopg.DatabaseError) as error:
         if isinstance(error, TRANSIENT):
             raise

@@ -1,6 +1,7 @@
 """Pipeline throughput and lag, on this machine, against the embedded PostgreSQL and broker.
 
     .venv/bin/python -m tests.benchmarks.bench_pipeline [--events 10000] [--lag-seconds 20]
+        [--only replay] [--keep | --corpus FOLDER]
 
 Writes a corpus through the real commands into a throwaway data folder (with
 ``synchronous_commit = off`` while it is written, so it is quick to make; the server is set back to
@@ -21,6 +22,10 @@ figures share the machine's load:
   from its first to its last applied event, and the CPU time that process spent;
 - lag: writes at a steady rate through relay → Kafka → Faust, commit-to-visible p50 / p95 / max,
   and how many writes were never seen visible within two minutes (they are not in the figures).
+
+``--only replay`` stops after the replay (no broker is started); ``--keep`` keeps the data folder
+and ``--corpus FOLDER`` measures again over the corpus such a kept folder holds, without writing
+one: two versions of the code compared back to back over the same events.
 """
 
 from __future__ import annotations
@@ -279,66 +284,88 @@ def main() -> None:
     parser.add_argument("--lag-seconds", type=float, default=20.0)
     parser.add_argument("--projectors", type=int, default=1,
                         help="projector processes in the consumer group")
+    parser.add_argument("--only", choices=("replay",), help="measure only this step")
     parser.add_argument("--keep", action="store_true", help="keep the data folder")
+    parser.add_argument("--corpus", type=Path,
+                        help="a folder kept by --keep: its corpus is measured, none is written")
     args = parser.parse_args()
-    folder = Path(tempfile.mkdtemp(prefix="palimpsest-bench-"))
-    broker = EmbeddedBroker(folder)
+    folder = args.corpus or Path(tempfile.mkdtemp(prefix="palimpsest-bench-"))
+    broker = None if args.only else EmbeddedBroker(folder)
     try:
-        bootstrap = broker.start()
+        bootstrap = broker.start() if broker else None
         settings = Settings(data_dir=folder / "data", kafka_bootstrap=bootstrap,
                             read_schema="bench_live")
         app = create_app(settings)
         app.bench_settings = settings  # type: ignore[attr-defined]
-        with admin_database(settings).connect(autocommit=True) as conn:
-            conn.execute("ALTER SYSTEM SET synchronous_commit = off")
-            conn.execute("SELECT pg_reload_conf()")
-        print(f"corpus: {args.events} events over {args.tenants} tenants …", flush=True)
-        corpus(app, args.events, args.tenants)
+        if args.corpus is None:
+            write_corpus(settings, app, args.events, args.tenants)
         head = app.recorder.max_notification_id() or 0
-        with admin_database(settings).connect(autocommit=True) as conn:  # measure as a user runs it
-            conn.execute("ALTER SYSTEM RESET synchronous_commit")
-            conn.execute("SELECT pg_reload_conf()")
-            setting = conn.execute("SHOW synchronous_commit").fetchone()
-        print(f"measuring with synchronous_commit = {setting[0] if setting else '?'} (the server's "
-              "default)", flush=True)
-
-        started = time.perf_counter()
-        warm_up()  # a fixed cost of any process that projects, not a rate: reported on its own
-        print(f"tokenizer        {time.perf_counter() - started:>9.2f} s to load (before the replay)")
-        for workers in dict.fromkeys((1, settings.rebuild_workers)):  # one process first: the baseline
-            cpu, machine, started = time.process_time(), machine_cpu_seconds(), time.perf_counter()
-            report = rebuild(settings, app, into="bench_replay", workers=workers)
-            used = machine_cpu_seconds() - machine
-            print(f"replay ×{workers:<9} {report.rate:>9,.0f} events/s  ({report.events} events, "
-                  f"{report.seconds:.2f} s, fold + COPY + indexes + check; "
-                  f"{time.process_time() - cpu:.2f} s CPU in this process, "
-                  f"{machine_share(used, time.perf_counter() - started)})")
-        fresh_schema(settings, "bench_catchup")
-        projector = make_projector(settings, app, schema="bench_catchup")
-        started, cpu, machine = time.perf_counter(), time.process_time(), machine_cpu_seconds()
-        applied = catch_up(projector, app, batch=settings.projector_batch)
-        seconds = time.perf_counter() - started
-        baseline = applied / seconds
-        projector.close()
-        print(f"catch-up         {baseline:>9,.0f} events/s  (incremental sink, no Kafka: baseline; "
-              f"{time.process_time() - cpu:.2f} s CPU in this process, "
-              f"{machine_share(machine_cpu_seconds() - machine, seconds)})")
-        faust = faust_throughput(settings, app, head, folder, args.projectors)
-        print(f"Faust projector  {faust:>9,.0f} events/s  from its first to its last applied event "
-              f"({faust / baseline:.2f}× the baseline, {args.projectors} process(es) in one consumer "
-              "group)")
-        lags = sorted(lag(settings, app, args.lag_rate, args.lag_seconds, folder))
-        if lags:
-            p95 = lags[int(0.95 * (len(lags) - 1))]
-            print(f"lag              p50 {statistics.median(lags) * 1000:.0f} ms, "
-                  f"p95 {p95 * 1000:.0f} ms, max {lags[-1] * 1000:.0f} ms "
-                  f"over {len(lags)} writes")
+        replay(settings, app)
+        if args.only is None:
+            after_replay(settings, app, head, folder, args)
         app.close()
     finally:
-        broker.stop()
+        if broker:
+            broker.stop()
         stop_embedded(folder / "data")  # the projector processes it started joined the server
-        if not args.keep:
+        if not (args.keep or args.corpus):
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def write_corpus(settings: Settings, app: Palimpsest, events: int, tenants: int) -> None:
+    """The corpus written quickly (``synchronous_commit = off``), the server then set back to
+    its default, as a user runs it, before anything is measured."""
+    with admin_database(settings).connect(autocommit=True) as conn:
+        conn.execute("ALTER SYSTEM SET synchronous_commit = off")
+        conn.execute("SELECT pg_reload_conf()")
+    print(f"corpus: {events} events over {tenants} tenants …", flush=True)
+    corpus(app, events, tenants)
+    with admin_database(settings).connect(autocommit=True) as conn:  # measure as a user runs it
+        conn.execute("ALTER SYSTEM RESET synchronous_commit")
+        conn.execute("SELECT pg_reload_conf()")
+        setting = conn.execute("SHOW synchronous_commit").fetchone()
+    print(f"measuring with synchronous_commit = {setting[0] if setting else '?'} (the server's "
+          "default)", flush=True)
+
+
+def replay(settings: Settings, app: Palimpsest) -> None:
+    """The rebuild's rate in this process, then in ``settings.rebuild_workers`` processes."""
+    started = time.perf_counter()
+    warm_up()  # a fixed cost of any process that projects, not a rate: reported on its own
+    print(f"tokenizer        {time.perf_counter() - started:>9.2f} s to load (before the replay)")
+    for workers in dict.fromkeys((1, settings.rebuild_workers)):  # one process first: the baseline
+        cpu, machine, started = time.process_time(), machine_cpu_seconds(), time.perf_counter()
+        report = rebuild(settings, app, into="bench_replay", workers=workers)
+        used = machine_cpu_seconds() - machine
+        print(f"replay ×{workers:<9} {report.rate:>9,.0f} events/s  ({report.events} events, "
+              f"{report.seconds:.2f} s, fold + COPY + indexes + check; "
+              f"{time.process_time() - cpu:.2f} s CPU in this process, "
+              f"{machine_share(used, time.perf_counter() - started)})", flush=True)
+
+
+def after_replay(settings: Settings, app: Palimpsest, head: int, folder: Path,
+                 args: argparse.Namespace) -> None:
+    """Catch-up, relay, Faust and lag, each after the one before."""
+    fresh_schema(settings, "bench_catchup")
+    projector = make_projector(settings, app, schema="bench_catchup")
+    started, cpu, machine = time.perf_counter(), time.process_time(), machine_cpu_seconds()
+    applied = catch_up(projector, app, batch=settings.projector_batch)
+    seconds = time.perf_counter() - started
+    baseline = applied / seconds
+    projector.close()
+    print(f"catch-up         {baseline:>9,.0f} events/s  (incremental sink, no Kafka: baseline; "
+          f"{time.process_time() - cpu:.2f} s CPU in this process, "
+          f"{machine_share(machine_cpu_seconds() - machine, seconds)})")
+    faust = faust_throughput(settings, app, head, folder, args.projectors)
+    print(f"Faust projector  {faust:>9,.0f} events/s  from its first to its last applied event "
+          f"({faust / baseline:.2f}× the baseline, {args.projectors} process(es) in one consumer "
+          "group)")
+    lags = sorted(lag(settings, app, args.lag_rate, args.lag_seconds, folder))
+    if lags:
+        p95 = lags[int(0.95 * (len(lags) - 1))]
+        print(f"lag              p50 {statistics.median(lags) * 1000:.0f} ms, "
+              f"p95 {p95 * 1000:.0f} ms, max {lags[-1] * 1000:.0f} ms "
+              f"over {len(lags)} writes")
 
 
 if __name__ == "__main__":
