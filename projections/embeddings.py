@@ -1,9 +1,14 @@
 """The embedding projection: a vector for every card whose content has none yet.
 
 It is derived from the ``cards`` read model, not from events, so the cards projection never waits
-on a model: a card without a vector of the model, or whose version moved on since its vector was
-made, is picked up in batches; its text's key (:class:`infra.embedders.CacheKeys`: a keyed hash
-under the tenant's key) tells whether the text changed — if not, only the version is noted —, and
+on a model: a card the projector wrote is on the embedder's queue (``embedding_queue``: its id and
+version, added in the card's own statement; a rebuild queues every card it copied), and the queue
+is taken in batches — a card without a vector of the model, or whose version moved on since its
+vector was made, is embedded, and its entry leaves the queue up to the version handled (a later
+version queued meanwhile stays). Reading the queue costs what is on it, not what the tenant holds
+(looking through the cards table for the cards without a vector took seconds at a million). A
+card's text key (:class:`infra.embedders.CacheKeys`: a keyed hash under the tenant's key) tells
+whether the text changed — if not, only the version is noted —, and
 new texts are embedded through the ``Embedder`` port (cached per tenant by that key, so a rebuild
 does not pay twice) and written tenant by tenant, as float32 arrays through pgvector's binary
 adapter (:mod:`infra.vectors`). ``card_embeddings.content_hash`` is that key, so an erasure finds
@@ -50,12 +55,18 @@ class EmbeddingProjection:
         self.keys: CacheKeys = getattr(embedder, "keys", None) or keys or CacheKeys()
         self.vectors = VectorTypes()
         s = sql.Identifier(schema)
+        #: The queue's next entries: the version queued, the card's, and its text when it lacks
+        #: a current vector (NULL: nothing to embed, the entry just leaves the queue).
         self._pending = sql.SQL(
-            "SELECT c.tenant_id, c.card_id, c.version, " + EMBEDDED_TEXT + " AS text, "
-            "e.content_hash FROM {s}.cards c LEFT JOIN {s}.card_embeddings e "
-            "ON e.tenant_id = c.tenant_id AND e.card_id = c.card_id AND e.model = %s "
-            "WHERE c.erased_at IS NULL AND (e.card_id IS NULL OR e.version < c.version) "
-            "ORDER BY c.tenant_id LIMIT %s").format(s=s)
+            "SELECT q.tenant_id, q.card_id, q.version, c.version, CASE WHEN c.erased_at IS NULL "
+            "AND (e.card_id IS NULL OR e.version < c.version) THEN " + EMBEDDED_TEXT + " END, "
+            "e.content_hash FROM {s}.embedding_queue q "
+            "LEFT JOIN {s}.cards c ON c.tenant_id = q.tenant_id AND c.card_id = q.card_id "
+            "LEFT JOIN {s}.card_embeddings e ON e.tenant_id = q.tenant_id "
+            "AND e.card_id = q.card_id AND e.model = %s ORDER BY q.tenant_id LIMIT %s").format(s=s)
+        self._done = sql.SQL(
+            "DELETE FROM {}.embedding_queue WHERE tenant_id = %s AND card_id = %s "
+            "AND version <= %s").format(s)
         self._upsert = sql.SQL(
             "INSERT INTO {s}.card_embeddings (tenant_id, card_id, model, content_hash, embedding, "
             "version) SELECT c.tenant_id, c.card_id, %s, %s, %s, %s FROM {s}.cards c "
@@ -68,34 +79,39 @@ class EmbeddingProjection:
             "WHERE tenant_id = %s AND card_id = %s AND model = %s").format(s)
 
     def embed_pending(self, limit: int = 256) -> int:
-        """Embed up to ``limit`` cards lacking a current vector; returns how many were looked at."""
+        """Take up to ``limit`` entries of the queue, embedding the cards among them that lack a
+        current vector; returns how many entries were taken."""
         with self.connect() as conn:
-            rows = conn.execute(self._pending, (self.embedder.model, limit)).fetchall()
-            if not rows:
+            taken = conn.execute(self._pending, (self.embedder.model, limit)).fetchall()
+            if not taken:
                 return 0
+            rows = [row for row in taken if row[4] is not None]
             digests: list[bytes] = []
             for tenant_id, group in groupby(rows, key=lambda row: row[0]):
-                digests += self.keys.digests(tenant_id, [row[3] for row in group])
-            same = [bytes(row[4] or b"") == digest for row, digest in zip(rows, digests, strict=True)]
-            fresh = [(row[0], digest, row[3]) for row, digest, kept
+                digests += self.keys.digests(tenant_id, [row[4] for row in group])
+            same = [bytes(row[5] or b"") == digest for row, digest in zip(rows, digests, strict=True)]
+            fresh = [(row[0], digest, row[4]) for row, digest, kept
                      in zip(rows, digests, same, strict=True) if not kept]
             vectors = iter(np.asarray(self._embed(fresh), dtype=np.float32))
+            found = {(row[0], row[1]): (digest, kept)
+                     for row, digest, kept in zip(rows, digests, same, strict=True)}
             self.vectors.register(conn)
             gone: dict[str, list[bytes]] = {}
             with conn.transaction():
-                for tenant_id, group in groupby(zip(rows, digests, same, strict=True),
-                                                key=lambda item: item[0][0]):
+                for tenant_id, group in groupby(taken, key=lambda row: row[0]):
                     conn.execute("SELECT set_config('palimpsest.tenant', %s, true)", (tenant_id,))
-                    for (_, card_id, version, _, _), digest, kept in group:
+                    for _, card_id, queued, version, _, _ in group:
+                        digest, kept = found.get((tenant_id, card_id), (b"", None))
                         if kept:
                             conn.execute(self._seen, (version, tenant_id, card_id,
                                                       self.embedder.model))
-                        elif conn.execute(self._upsert, (
+                        elif kept is not None and conn.execute(self._upsert, (
                                 self.embedder.model, digest, next(vectors), version, tenant_id,
                                 card_id)).fetchone() is None:  # erased meanwhile
                             gone.setdefault(tenant_id, []).append(digest)
+                        conn.execute(self._done, (tenant_id, card_id, queued))
         self._purge(gone)
-        return len(rows)
+        return len(taken)
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a projector to say it applied cards: True when one

@@ -68,6 +68,7 @@ from projections.schema import (
     create_read_schema,
     fill_words,
     index_statements,
+    queue_unembedded,
 )
 from projections.status import parked
 from projections.vector_index import Kind, vector_rows
@@ -189,6 +190,7 @@ def build_indexes(admin: Database, schema: str, vector_index: Kind, words: bool,
             built.result()
     with admin.connect(autocommit=True) as conn:
         arm_words(conn, schema, words=False)
+        queue_unembedded(conn, schema)  # every copied card waits for its vector
 
 
 def _execute(statement: sql.Composable, cur: Any) -> None:

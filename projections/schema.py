@@ -16,7 +16,7 @@ from psycopg import sql
 from projections.vector_index import Kind, create_statement
 
 TABLES = ("nodes", "slots", "cards", "card_terms", "card_versions", "card_embeddings",
-          "card_relations", "arbitration_queue", "proposals", "ingestions", "erasures",
+          "embedding_queue", "card_relations", "arbitration_queue", "proposals", "ingestions", "erasures",
           "projection_tracking", "projection_position", "projection_failures")
 #: The tables an erasure rewrites: vacuumed after it (best effort), so that the dead tuples
 #: holding the forgotten texts go sooner.
@@ -146,6 +146,15 @@ CREATE TABLE IF NOT EXISTS {s}.card_embeddings (
 );
 -- Kept in the row where it fits (a 512-d vector is 2 KB): ranking reads it for every candidate.
 ALTER TABLE {s}.card_embeddings ALTER COLUMN embedding SET STORAGE MAIN;
+
+-- The embedder's queue: a card written, or a version of it, whose vector is to be made or checked
+-- (ids only). The projector adds to it in the card's own statement; the embedder takes from it.
+CREATE TABLE IF NOT EXISTS {s}.embedding_queue (
+    tenant_id text NOT NULL,
+    card_id uuid NOT NULL,
+    version integer NOT NULL,
+    PRIMARY KEY (tenant_id, card_id)
+);
 
 CREATE TABLE IF NOT EXISTS {s}.card_relations (
     tenant_id text NOT NULL,
@@ -431,7 +440,10 @@ def create_read_schema(
     all — but inserts and updates only rows of the tenant its transaction set. With
     ``indexes=False`` only the keys are created: :func:`create_read_indexes` adds the rest."""
     names = {"s": sql.Identifier(schema)}
+    queued = conn.execute("SELECT to_regclass(%s)", (f"{schema}.embedding_queue",)).fetchone()
     conn.execute(sql.SQL(_DDL).format(dims=sql.Literal(dimensions), **names))
+    if queued is not None and queued[0] is None:  # a schema made before the queue: fill it once
+        queue_unembedded(conn, schema)
     create_functions(conn, schema)
     if indexes:
         create_read_indexes(conn, schema, vector_index)
@@ -442,11 +454,27 @@ def create_read_schema(
         GRANT USAGE ON SCHEMA {s} TO {reader}, {writer};
         GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {reader};
         GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {s} TO {writer};
-        GRANT DELETE ON {s}.projection_failures, {s}.card_terms, {s}.card_embeddings TO {writer};
+        GRANT DELETE ON {s}.projection_failures, {s}.card_terms, {s}.card_embeddings,
+            {s}.embedding_queue TO {writer};
         GRANT MAINTAIN ON ALL TABLES IN SCHEMA {s} TO {writer};
     """
     conn.execute(sql.SQL(grants).format(
         reader=sql.Identifier(reader), writer=sql.Identifier(writer), **names))
+
+
+_QUEUE_FILL = """INSERT INTO {s}.embedding_queue (tenant_id, card_id, version)
+SELECT c.tenant_id, c.card_id, c.version FROM {s}.cards c
+WHERE c.erased_at IS NULL AND NOT EXISTS (SELECT 1 FROM {s}.card_embeddings e
+    WHERE e.tenant_id = c.tenant_id AND e.card_id = c.card_id AND e.version >= c.version)
+ON CONFLICT (tenant_id, card_id) DO UPDATE SET
+    version = greatest({s}.embedding_queue.version, excluded.version)"""
+
+
+def queue_unembedded(conn: psycopg.Connection[Any], schema: str) -> None:
+    """Queue every card of ``schema`` without a vector of its version, in one statement: after a
+    rebuild's copy (the projector queues the cards it writes itself), or once on a schema made
+    before the queue."""
+    conn.execute(sql.SQL(_QUEUE_FILL).format(s=sql.Identifier(schema)))
 
 
 def create_functions(conn: psycopg.Connection[Any], schema: str) -> None:

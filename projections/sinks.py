@@ -124,7 +124,13 @@ class PostgresSink:
             "valid, known, retracted, verified_at, erased_at) SELECT tenant_id, card_id, version, "
             "content, title, status, valid, {known}, retracted_at IS NOT NULL, verified_at, "
             "erased_at FROM c")
-        first = sql.Composed([ret, insert_version.format(
+        #: The card's version on the embedder's queue (``projections.embeddings``).
+        queued = sql.SQL(
+            ", q AS (INSERT INTO {s}.embedding_queue (tenant_id, card_id, version) SELECT "
+            "tenant_id, card_id, version FROM c WHERE erased_at IS NULL ON CONFLICT (tenant_id, "
+            "card_id) DO UPDATE SET version = greatest({s}.embedding_queue.version, "
+            "excluded.version))").format(s=s)
+        first = sql.Composed([ret, queued, insert_version.format(
             s=s, known=sql.SQL("tstzrange(recorded_at, NULL)"))])
         card = sql.Composed([sql.SQL("c AS ("), _insert(s, "cards", CARD_COLUMNS), first])
         state_card = sql.SQL(
@@ -146,7 +152,7 @@ class PostgresSink:
         self._then_version = sql.Composed([ret, sql.SQL(
             ", closed AS (UPDATE {s}.card_versions SET known = tstzrange(lower(known), "
             "greatest(lower(known), %s)) WHERE tenant_id = %s AND card_id = %s "
-            "AND upper_inf(known))").format(s=s),
+            "AND upper_inf(known))").format(s=s), queued,
             insert_version.format(s=s, known=sql.SQL("tstzrange(%s, NULL)"))])
         self._edge = sql.SQL(
             "INSERT INTO {}.card_relations (tenant_id, src_id, dst_id, edge, recorded_at) "

@@ -137,3 +137,46 @@ def test_the_embedder_wakes_when_a_projector_applies_cards_and_embeds_them_toget
     finally:
         stop.set()
         projector.close()
+
+
+def queued(admin_db: Database, tenant: str) -> dict[str, int]:
+    with admin_db.connect() as conn:
+        rows = conn.execute(sql.SQL("SELECT card_id::text, version FROM {}.embedding_queue "
+                                    "WHERE tenant_id = %s").format(sql.Identifier(SCHEMA)), (tenant,))
+        return dict(rows.fetchall())
+
+
+def test_the_queue_holds_what_is_to_embed_and_a_later_version_stays_on_it(
+        pg_settings: Settings, admin_db: Database, app: Palimpsest) -> None:
+    from services.command.commands import Verify
+
+    tenant = new_tenant()
+    first = app.remember(tenant, state("address", "Taipei"))
+    rebuild(pg_settings, app, into=SCHEMA, workers=1)  # the rebuild queues every card it copied
+    assert queued(admin_db, tenant) == {str(first.card_id): 1}
+    settings = pg_settings.model_copy(update={"read_schema": SCHEMA})
+    recording = Recording(f"fake-{tenant}")
+    projection = EmbeddingProjection(admin_db.connect, SCHEMA, recording)
+    projector = make_projector(settings, app, SCHEMA, admin_db)
+    try:
+        real = projection._embed
+
+        def meanwhile(items: Any) -> Any:  # the card moves on while its vector is made
+            app.verify(tenant, first.aggregate_id, Verify())
+            catch_up(projector, app)
+            return real(items)
+
+        projection._embed = meanwhile  # type: ignore[method-assign]
+        assert projection.embed_pending() >= 1
+        assert queued(admin_db, tenant) == {str(first.card_id): 2}, "the later version stays"
+        projection._embed = real  # type: ignore[method-assign]
+        projection.embed_all()
+        assert queued(admin_db, tenant) == {}
+        assert len(recording.calls) == 1, "the same text is not embedded twice"
+        app.remember(tenant, state("address", "Kyoto"))  # the projector queues what it writes
+        catch_up(projector, app)
+        assert len(queued(admin_db, tenant)) >= 1
+        projection.embed_all()
+        assert queued(admin_db, tenant) == {} and unembedded(admin_db, recording.model) == 0
+    finally:
+        projector.close()
