@@ -156,8 +156,13 @@ class Ingestion(TenantAggregate):
 
     def apply(self, card_ids: tuple[str, ...], now: datetime) -> None:
         """The candidates' commands were accepted: these are the cards they wrote."""
-        self._expect("record applied cards", IngestStatus.EXTRACTED)
+        self.check_applicable()
         self._applied(card_ids=tuple(card_ids), timestamp=now)
+
+    def check_applicable(self) -> None:
+        """Refuse unless the extraction is recorded and its cards are not: checked before the
+        cards are decided, so a turn applied already decides nothing."""
+        self._expect("record applied cards", IngestStatus.EXTRACTED)
 
     def dead_letter(self, error: str, attempts: int, now: datetime) -> None:
         """The model failed after its last retry: park the turn, with why."""

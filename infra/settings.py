@@ -185,14 +185,15 @@ class Settings(BaseSettings):
     ingest_group: str = "palimpsest-ingest"
     #: Turns a worker takes from the topic at once; their offsets are committed together.
     ingest_batch: int = Field(default=50, ge=1, le=1_000)
-    #: Sessions a worker extracts side by side (a session's turns stay in order).
+    #: Model calls a worker makes at once, shared by its two rounds side by side (a round takes
+    #: the next turn of each of its sessions, in order; a round's cards are saved together).
     ingest_concurrency: int = Field(default=8, ge=1, le=64)
     #: What a turn's extraction is shown besides the turn (DESIGN rule 12): the session's last
     #: ``ingest_context_turns`` turns, and at most ``ingest_catalogue_slots`` slots (label,
     #: cardinality, current values) of the people the turn is about. Before reading them the
     #: worker waits up to ``ingest_catalogue_wait_seconds`` for the read models to hold the slots
     #: it last wrote for the tenant (a projector that is down slows extraction by this much a
-    #: turn, never stops it).
+    #: round, never stops it).
     ingest_context_turns: int = Field(default=4, ge=0, le=50)
     #: The roles whose turns are extracted; the others (an assistant's reply, a tool's output)
     #: are stored, searchable and shown as context to the next turn, but no card is made of them:

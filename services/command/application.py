@@ -14,7 +14,8 @@ import contextlib
 import hashlib
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextvars import ContextVar
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 from uuid import UUID, uuid4
@@ -52,6 +53,9 @@ Clock = Callable[[], datetime]
 A = TypeVar("A", bound=TenantAggregate)
 #: A decision: given the time, the aggregates to save and the answer to give.
 Decide = Callable[[datetime], tuple[Sequence[Aggregate], WriteResult]]
+#: The aggregates a decision in progress has changed and not yet saved, by id; None outside
+#: :meth:`BaseApplication.holding`.
+_held: ContextVar[dict[UUID, Aggregate] | None] = ContextVar("palimpsest_held", default=None)
 
 
 def utc_now() -> datetime:
@@ -133,8 +137,10 @@ class BaseApplication(Application[UUID]):
 
         Another tenant's id is answered exactly like a missing one."""
         aggregate: Any
+        held = _held.get()
         try:
-            aggregate = self.repository.get(aggregate_id)
+            aggregate = held[aggregate_id] if held and aggregate_id in held \
+                else self.repository.get(aggregate_id)
         except AggregateNotFoundError:
             aggregate = None
         except PersistenceError as error:
@@ -142,6 +148,19 @@ class BaseApplication(Application[UUID]):
         if not isinstance(aggregate, cls) or aggregate.tenant_id != tenant_id:
             raise CardNotFoundError(f"no {what} {aggregate_id}") from None
         return aggregate
+
+    @contextlib.contextmanager
+    def holding(self) -> Iterator[dict[UUID, Aggregate]]:
+        """Inside, :meth:`load` and :meth:`find` return the aggregate put in the yielded mapping
+        under its id instead of the stored one: the steps of one decision that change the same
+        aggregates in turn (a turn's candidates writing one slot) see each other's changes before
+        the one save."""
+        held: dict[UUID, Aggregate] = {}
+        token = _held.set(held)
+        try:
+            yield held
+        finally:
+            _held.reset(token)
 
     def find(self, tenant_id: str, aggregate_id: UUID, cls: type[A]) -> A | None:
         try:

@@ -55,6 +55,7 @@ def run_ingest_worker(settings: Settings, bootstrap_servers: str | None = None,
         if not wait_for_broker(bootstrap_servers, shutdown.stop):
             return 0
         consumer = ingest_consumer(settings, bootstrap_servers)
+        worker.warm_up()  # the embedding model loaded before the first turn, not during it
         log.warning("ingest worker: extracting turns of %s with %s at %s", settings.kafka_ingest_topic,
                     settings.llm_model, settings.llm_base_url)
         worker.run(consumer, shutdown.stop, batch=settings.ingest_batch)

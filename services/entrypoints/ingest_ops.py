@@ -2,7 +2,8 @@
 letters among them), re-run a dead letter.
 
 ``ingest`` answers at once: each turn is stored as an episodic event card and handed to the
-extraction worker through the ingest topic; answers never wait on the model. Without an LLM
+extraction worker through the ingest topic, the turns of one call in one save (one refused turn
+refuses the call); answers never wait on the model. Without an LLM
 configured the answer says extraction is off (and how to turn it on): the turns are still stored
 and searchable.
 """
@@ -95,8 +96,8 @@ def ingest(services: Services, who: Principal, data: IngestInput) -> IngestOutpu
         if len(turn.text) > most:
             raise ContentTooLargeError(f"turn {index} ({turn.session_id}/{turn.turn_id}) holds "
                                        f"{len(turn.text)} characters; at most {most}")
-    results = [services.app.ingest_turn(who.tenant_id, IngestTurn(**turn.model_dump()))
-               for turn in data.turns]
+    results = services.app.ingest_turns(who.tenant_id, [IngestTurn(**turn.model_dump())
+                                                       for turn in data.turns])
     return IngestOutput(turns=results, extraction=extraction(services))
 
 

@@ -10,7 +10,7 @@ two twins. What it decides is recorded in ``Ingestion.Extracted`` before any car
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 from uuid import UUID
@@ -50,6 +50,30 @@ class Admission:
         self.similarity = similarity
         self.thresholds = thresholds
         self.grounding_floor = grounding_floor
+
+    def warm_up(self) -> None:
+        """Load the embedding model now rather than on the first candidate."""
+        if self.similarity is not None:
+            self.similarity.warm_up()
+
+    def prepare(self, work: Iterable[tuple[Sequence[Candidate], Sequence[KnownSlot]]]) -> None:
+        """Embed in one batch what admitting each turn's ``candidates`` against its catalogue
+        may compare: the label and stated value of each slot candidate and of the slots of the
+        subject it resolves to (a batch costs less a text than one text at a time)."""
+        if self.similarity is None:
+            return
+        pairs: list[tuple[str, str | None]] = []
+        for candidates, catalogue in work:
+            subjects = list(dict.fromkeys(slot.subject for slot in catalogue))
+            whose: set[str] = set()
+            for candidate in candidates:
+                if candidate.kind == "state" and candidate.memory_type not in ("commitment",
+                                                                               "blocker"):
+                    pairs.append((candidate.label, candidate.value))
+                    whose.add(resolve_subject(candidate.subject, subjects)[0])
+            pairs += [(slot.label, slot.values[0] if slot.values else None)
+                      for slot in catalogue if slot.subject in whose]
+        self.similarity.warm(pairs)
 
     def admit(self, candidates: Sequence[Candidate], shown: Sequence[str],
               catalogue: Sequence[KnownSlot]) -> Admitted:

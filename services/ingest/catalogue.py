@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -53,6 +53,11 @@ class Catalogue(ABC):
                        limit: int) -> list[PriorTurn]:
         """Up to ``limit`` turns of the session said before ``said_at``, oldest first."""
 
+    def previous_turns_of(self, tenant_id: str, turns: Sequence[tuple[str, datetime]],
+                          limit: int) -> list[list[PriorTurn]]:
+        """:meth:`previous_turns` of each (session, said at) of ``turns``, in order."""
+        return [self.previous_turns(tenant_id, session, said_at, limit) for session, said_at in turns]
+
     def wait_for(self, tenant_id: str, position: int, timeout: float) -> None:  # noqa: B027
         """Wait until the read models hold the tenant's log up to ``position`` (or time out)."""
 
@@ -84,6 +89,15 @@ JOIN {s}.cards c ON c.card_id = i.event_card_id
 WHERE i.session_id = %(session)s AND i.said_at < %(said_at)s AND c.erased_at IS NULL
 ORDER BY i.said_at DESC, i.turn_id DESC LIMIT %(limit)s"""
 
+#: :data:`_PREVIOUS` for several turns at once: ``n`` numbers the turn asked about.
+_PREVIOUS_OF = """SELECT q.n, p.role, p.said_at, p.text
+FROM unnest(%(sessions)s::text[], %(said)s::timestamptz[]) WITH ORDINALITY AS q(session, said_at, n)
+CROSS JOIN LATERAL (SELECT i.role, i.said_at, i.turn_id, c.content AS text FROM {s}.ingestions i
+    JOIN {s}.cards c ON c.card_id = i.event_card_id
+    WHERE i.session_id = q.session AND i.said_at < q.said_at AND c.erased_at IS NULL
+    ORDER BY i.said_at DESC, i.turn_id DESC LIMIT %(limit)s) p
+ORDER BY q.n, p.said_at, p.turn_id"""
+
 
 class ReadModelCatalogue(Catalogue):
     """The catalogue on the read models, read as the tenant."""
@@ -108,9 +122,24 @@ class ReadModelCatalogue(Catalogue):
                                             "limit": limit}).fetchall()
         return [PriorTurn(**row) for row in reversed(rows)]
 
+    def previous_turns_of(self, tenant_id: str, turns: Sequence[tuple[str, datetime]],
+                          limit: int) -> list[list[PriorTurn]]:
+        found: list[list[PriorTurn]] = [[] for _ in turns]
+        if limit <= 0 or not turns:
+            return found
+        statement = sql.SQL(_PREVIOUS_OF).format(s=self.read.schema)
+        with self.read.tenant(tenant_id) as conn:
+            rows = conn.execute(statement, {"sessions": [session for session, _ in turns],
+                                            "said": [said_at for _, said_at in turns],
+                                            "limit": limit}).fetchall()
+        for row in rows:
+            found[row["n"] - 1].append(PriorTurn(role=row["role"], said_at=row["said_at"],
+                                                 text=row["text"]))
+        return found
+
     def wait_for(self, tenant_id: str, position: int, timeout: float) -> None:
-        if position > 0:
-            self.read.wait_for(tenant_id, position, timeout=timeout)
+        if position > 0:  # polled often: a round waits on it before each model call
+            self.read.wait_for(tenant_id, position, timeout=timeout, poll=0.005)
 
     def close(self) -> None:
         self.read.close()
@@ -127,6 +156,12 @@ class Similarity:
         self._lock = threading.Lock()
 
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
+        self._embed(texts)
+        with self._lock:
+            return np.stack([self._vectors[text] for text in texts])
+
+    def _embed(self, texts: Iterable[str]) -> None:
+        """Embed the texts not cached yet, in one call."""
         with self._lock:
             missing = [text for text in dict.fromkeys(texts) if text not in self._vectors]
         if missing:
@@ -135,8 +170,22 @@ class Similarity:
                 if len(self._vectors) + len(missing) > self.cache_size:
                     self._vectors.clear()
                 self._vectors.update(zip(missing, made, strict=True))
-        with self._lock:
-            return np.stack([self._vectors[text] for text in texts])
+
+    def warm(self, pairs: Iterable[tuple[str, str | None]]) -> None:
+        """Embed at once what :meth:`closeness` reads for these (label, value) pairs: the
+        label as words, and the attribute as stated when there is a value."""
+        texts = []
+        for label, value in pairs:
+            texts.append(label_text(label))
+            if value is not None:
+                texts.append(_stated(label, value))
+        self._embed(texts)
+
+    def warm_up(self) -> None:
+        """Load the embedder's model, if it has one to load."""
+        load = getattr(self.embedder, "load", None)
+        if callable(load):
+            load()
 
     def to_each(self, text: str, others: Sequence[str]) -> list[float]:
         """``text``'s similarity to each of ``others``, in order."""

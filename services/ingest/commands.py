@@ -1,21 +1,20 @@
-"""The ingest commands: a turn stored as its event card, and what the extraction worker records.
+"""The ingest commands: a turn stored as its event card, and where it goes from there.
 
 :meth:`IngestCommands.ingest_turn` stores, in one save, the turn's episodic record (an
 ``EventCard`` of the conversation, searchable once projected) and ``Ingestion.Received``, which
-the ingest relay hands to the extraction worker. Both ids derive from (tenant, session, turn): the
-same turn sent again finds its ``Ingestion`` and is answered with the first call's ids, storing
-nothing; two copies sent at once meet on the store's version check, and the loser decides again
-and finds the winner's. The worker's commands (:meth:`~IngestCommands.record_extraction`,
-:meth:`~IngestCommands.record_applied`, :meth:`~IngestCommands.record_dead_letter`) and a
-person's :meth:`~IngestCommands.ingest_rerun` move the turn along its states
-(:mod:`domain.ingestion`). Every one goes through ``_execute``: text hygiene, idempotency by
-request id, turns on a contended aggregate, retries.
+the ingest relay hands to the extraction worker; :meth:`~IngestCommands.ingest_turns` stores the
+turns of one call so, all in one save. Both ids derive from (tenant, session, turn): the same turn
+sent again finds its ``Ingestion`` and is answered with the first call's ids, storing nothing; two
+copies sent at once meet on the store's version check, and the loser decides again and finds the
+winner's. The worker's commands (:mod:`services.ingest.records`) and a person's
+:meth:`~IngestCommands.ingest_rerun` move the turn along its states (:mod:`domain.ingestion`).
+Every one goes through ``_execute``: text hygiene, idempotency by request id, turns on a
+contended aggregate, retries.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from uuid import UUID
@@ -24,24 +23,24 @@ from domain.base import derived_id
 from domain.event_card import EventCard
 from domain.ingestion import Ingestion, Role, check_zone, parse_role
 from domain.rules.tags import normalise_tags
-from domain.rules.validation import check_content, check_not_future, check_slot_part
+from domain.rules.validation import check_content, check_fields, check_not_future, check_slot_part
 from domain.values import Provenance, Scope, ScopeKind, Source
-from services.command.application import BaseApplication
 from services.command.commands import (
+    Command,
     IngestResult,
     IngestTurn,
-    RecordApplied,
-    RecordDeadLetter,
-    RecordExtraction,
     RerunIngestion,
     WriteResult,
 )
+from services.ingest.records import MAX_ERROR_CHARS, ExtractionRecords, where_it_stands
 
-#: What the command boundary refuses in text (``domain.rules.validation``): the worker's records
-#: of model output and error messages get U+FFFD in its place instead, so recording never fails.
-_UNPRINTABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]|\r(?!\n)")
-#: The longest error message a dead letter keeps.
-MAX_ERROR_CHARS = 2_000
+__all__ = ["MAX_ERROR_CHARS", "IngestCommands", "IngestTurns", "event_card_id"]
+
+
+class IngestTurns(Command):
+    """The turns of one call, stored in one save."""
+
+    turns: tuple[IngestTurn, ...]
 
 
 def event_card_id(tenant_id: str, session_id: str, turn_id: str) -> UUID:
@@ -49,7 +48,7 @@ def event_card_id(tenant_id: str, session_id: str, turn_id: str) -> UUID:
     return derived_id("ingested turn", tenant_id, session_id, turn_id)
 
 
-class IngestCommands(BaseApplication):
+class IngestCommands(ExtractionRecords):
     """The ingest use cases, mixed into :class:`services.command.memory.Palimpsest`."""
 
     def ingest_turn(self, tenant_id: str, command: IngestTurn) -> IngestResult:
@@ -60,6 +59,34 @@ class IngestCommands(BaseApplication):
         assert result.aggregate_id is not None and result.card_id is not None
         return IngestResult(ingestion_id=result.aggregate_id, event_card_id=result.card_id,
                             position=result.position, replayed=result.replayed)
+
+    def ingest_turns(self, tenant_id: str, commands: Sequence[IngestTurn]) -> list[IngestResult]:
+        """Store the turns of one call in one save, each as :meth:`ingest_turn` does (a turn sent
+        before, or twice in the call, is answered ``replayed``); one refused turn refuses the
+        call, and nothing is stored. Each new turn's position is the call's last event. A turn
+        with its own request id keeps a save and a receipt of its own."""
+        if len(commands) == 1 or any(command.request_id for command in commands):
+            return [self.ingest_turn(tenant_id, command) for command in commands]
+        for command in commands:
+            check_fields(dict(command))  # as ``_execute`` checks a turn of its own
+        answers: list[WriteResult] = []
+
+        def decide(now: datetime):  # type: ignore[no-untyped-def]
+            answers.clear()
+            aggregates: list[Any] = []
+            decided: dict[UUID, WriteResult] = {}
+            for command in commands:
+                key = Ingestion.create_id(tenant_id, command.session_id, command.turn_id)
+                if key in decided:
+                    answers.append(decided[key].model_copy(update={"replayed": True}))
+                    continue
+                made, decided[key] = self._decide_turn(tenant_id, command, now)
+                aggregates.extend(made)
+                answers.append(decided[key])
+            return aggregates, WriteResult(outcome="received")
+
+        saved = self._execute(tenant_id, IngestTurns(turns=tuple(commands)), decide)
+        return [_turn_result(answer, saved.position) for answer in answers]
 
     def _decide_turn(self, tenant_id: str, command: IngestTurn, now: datetime):  # type: ignore[no-untyped-def]
         ingestion_id = Ingestion.create_id(tenant_id, command.session_id, command.turn_id)
@@ -98,63 +125,11 @@ class IngestCommands(BaseApplication):
         def decide(now: datetime):  # type: ignore[no-untyped-def]
             ingestion = self._ingestion(tenant_id, ingestion_id)
             ingestion.request_rerun(command.requested_by, now)
-            return [ingestion], _moved(ingestion)
+            return [ingestion], where_it_stands(ingestion)
 
         return self._execute(tenant_id, command, decide)
 
     # ---- the extraction worker's records --------------------------------------------------
-
-    def record_extraction(self, tenant_id: str, ingestion_id: UUID,
-                          candidates: Iterable[dict[str, Any]], model: str,
-                          attempts: int, rejected: Iterable[dict[str, Any]] = ()) -> WriteResult:
-        """The model's validated, resolved candidates (plain JSON-valued dicts), and those
-        rejected with why, before any card is written: a worker that dies later applies these
-        again without asking the model."""
-        command = RecordExtraction(ingestion_id=ingestion_id,
-                                   candidates=tuple(_printable(dict(c)) for c in candidates),
-                                   rejected=tuple(_printable(dict(c)) for c in rejected),
-                                   model=_printable(model), attempts=attempts)
-
-        def decide(now: datetime):  # type: ignore[no-untyped-def]
-            ingestion = self._ingestion(tenant_id, ingestion_id)
-            ingestion.extract(command.candidates, command.model, command.attempts, now,
-                              command.rejected)
-            return [ingestion], _moved(ingestion)
-
-        return self._execute(tenant_id, command, decide)
-
-    def record_applied(self, tenant_id: str, ingestion_id: UUID,
-                       card_ids: Sequence[UUID | str]) -> WriteResult:
-        """The candidates' commands were accepted: the cards they wrote, in order."""
-        command = RecordApplied(ingestion_id=ingestion_id,
-                                card_ids=tuple(UUID(str(card_id)) for card_id in card_ids))
-
-        def decide(now: datetime):  # type: ignore[no-untyped-def]
-            ingestion = self._ingestion(tenant_id, ingestion_id)
-            ingestion.apply(tuple(str(card_id) for card_id in command.card_ids), now)
-            return [ingestion], _moved(ingestion)
-
-        return self._execute(tenant_id, command, decide)
-
-    def record_dead_letter(self, tenant_id: str, ingestion_id: UUID, error: str,
-                           attempts: int) -> WriteResult:
-        """The model failed after its last retry: the turn is parked with the error (made
-        printable and cut to :data:`MAX_ERROR_CHARS`) until a re-run."""
-        text = _printable(error.strip() or "extraction failed")
-        if len(text) > MAX_ERROR_CHARS:
-            text = text[:MAX_ERROR_CHARS - 1] + "…"
-        command = RecordDeadLetter(ingestion_id=ingestion_id, error=text, attempts=attempts)
-
-        def decide(now: datetime):  # type: ignore[no-untyped-def]
-            ingestion = self._ingestion(tenant_id, ingestion_id)
-            ingestion.dead_letter(command.error, command.attempts, now)
-            return [ingestion], _moved(ingestion)
-
-        return self._execute(tenant_id, command, decide)
-
-    def _ingestion(self, tenant_id: str, ingestion_id: UUID) -> Ingestion:
-        return self.load(tenant_id, ingestion_id, Ingestion, "ingested turn")
-
 
 def _event_card(card_id: UUID, **recorded: Any) -> EventCard:
     """An event card under ``card_id`` (``EventCard`` draws a random id otherwise;
@@ -167,18 +142,9 @@ def _received(ingestion: Ingestion, replayed: bool) -> WriteResult:
                        aggregate_id=ingestion.id, replayed=replayed)
 
 
-def _moved(ingestion: Ingestion) -> WriteResult:
-    return WriteResult(outcome=ingestion.status.value, card_id=ingestion.event_card_id,
-                       aggregate_id=ingestion.id)
+def _turn_result(answer: WriteResult, position: int | None) -> IngestResult:
+    assert answer.aggregate_id is not None and answer.card_id is not None
+    return IngestResult(ingestion_id=answer.aggregate_id, event_card_id=answer.card_id,
+                        position=None if answer.replayed else position, replayed=answer.replayed)
 
 
-def _printable(value: Any) -> Any:
-    """``value`` with U+FFFD for every character the command boundary refuses, in nested dicts,
-    lists and tuples too (keys included)."""
-    if isinstance(value, str):
-        return _UNPRINTABLE.sub("\ufffd", value)
-    if isinstance(value, dict):
-        return {_printable(k): _printable(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_printable(item) for item in value)
-    return value

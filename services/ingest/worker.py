@@ -1,30 +1,36 @@
 """The extraction worker: conversation turns from the ingest topic to cards.
 
 Each message of the ingest topic carries ``Ingestion.Received`` or ``Ingestion.RerunRequested``
-notifications (the ingest relay publishes only those). For each, the worker loads the turn's
-``Ingestion`` and goes on from where it stands:
+notifications (the ingest relay publishes only those). The turns of a polled batch are taken in
+rounds, each round the next turn of every session in its share of the batch
+(:mod:`services.ingest.rounds`): a session's turns go in order (the turn before may have opened
+the slot this one changes), sessions side by side, and two rounds run side by side over the two
+halves of the batch's sessions, one waiting for the read models or the store while the other
+asks the model. A round
 
-* ``received`` — the model is asked (:class:`services.ingest.extraction.Extractor`, retries with
-  backoff inside), shown the slots the memory holds of the people the turn is about and the
-  session's earlier turns (:mod:`services.ingest.catalogue`); each candidate's value is checked
-  against that text and its slot resolved against the tenant's (:mod:`services.ingest.admission`);
-  what is admitted, where, and what is rejected, with why, is recorded (``Extracted``) before any
-  card is written, so a worker that dies after this point applies the same candidates when it comes back,
-  without asking the model again; when every retry failed, the turn is dead-lettered
-  (``DeadLettered``) — it stays listed until a re-run;
-* ``extracted`` — each candidate becomes an ordinary command (:func:`plan_commands`) with a
-  request id derived from the turn and the candidate's place, so a command applied before a crash
-  is answered from its receipt, not stored twice; a card whose new slot sits close to an existing
-  one is proposed as its twin (a consolidation proposal, never merged silently); then
-  ``Applied`` with the cards' ids;
-* ``applied`` or ``dead_letter`` — nothing to do (a message delivered again).
+1. loads its turns while it waits (bounded) until the read models hold the slots this worker
+   wrote, then reads each tenant's slots once and the sessions' earlier turns in one query
+   (:mod:`services.ingest.catalogue`): each turn is shown the slots of the people it is about;
+2. asks the model for each ``received`` turn's candidates, its share of ``concurrency`` calls at
+   once (:class:`services.ingest.extraction.Extractor`, retries with backoff inside);
+3. embeds in one batch what grounding and slot resolution compare, checks each candidate's value
+   against the text shown and resolves its slot (:mod:`services.ingest.admission`);
+4. saves its turns in one transaction a tenant
+   (:meth:`~services.ingest.records.ExtractionRecords.apply_extractions`): for each turn what
+   was admitted, where, and what was rejected with why (``Extracted``), the cards — each
+   candidate an ordinary ``remember`` decision with a request id derived from the turn and its
+   place — twin proposals and ``Applied``. A turn whose model failed on every retry is
+   dead-lettered (``DeadLettered``) and stays listed until a re-run.
 
-The turns of one session are taken in order, sessions side by side (``concurrency`` threads: a
-model call mostly waits on the network). The Kafka offset is committed only after every turn of
-the polled batch is applied or dead-lettered: a worker killed mid-batch reads the batch again
-and, by the rules above, every turn's cards exist exactly once. A store that fails (a lost
-connection) is waited out with backoff, the batch held; a candidate the domain refuses (a value
-in the future, a bad slot) is left out with a log line, the turn's other candidates applied.
+A turn found ``extracted`` (its answer kept alone, or by a release before) has its cards written
+without asking the model again; ``applied`` or ``dead_letter``: nothing to do (a message
+delivered again). The Kafka offset is committed only after every turn of the polled batch is
+applied or dead-lettered: a worker killed mid-batch reads the batch again and, the turn's
+version in the store deciding, every turn's cards exist exactly once. When a round's save fails
+(the store is down, races lost again and again), each of its turns is saved alone, its model
+answer first, waited out with backoff and the batch held: the model is not asked again. A
+candidate the domain refuses (a value in the future, a bad slot) is left out with a log line,
+the turn's other candidates applied.
 """
 
 from __future__ import annotations
@@ -32,40 +38,38 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Callable, Iterable
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
-from typing import Any
+from functools import partial
+from typing import Any, TypeVar
 from uuid import UUID
 
-from domain.errors import ConcurrentWriteError, PalimpsestError, StoreUnavailableError
+from domain.errors import ConcurrentWriteError, StoreUnavailableError
 from domain.ingestion import Ingestion
 from infra.relay_messages import RelayError, decode_messages
-from services.command.commands import Link, Remember
-from services.ingest.admission import Admission, near_twin, twin_proposal
-from services.ingest.candidates import Candidate
-from services.ingest.catalogue import Catalogue, CatalogueSlot, NoCatalogue
-from services.ingest.extraction import (
-    ExtractionFailed,
-    Extractor,
-    Shown,
-    TurnContext,
-    TurnToExtract,
-    as_speaker,
-    plan_commands,
-    speaker_view,
-)
-from services.ingest.resolution import USER, Thresholds
+from services.ingest.admission import Admission
+from services.ingest.applying import turn_of
+from services.ingest.catalogue import Catalogue, NoCatalogue
+from services.ingest.extraction import ExtractionFailed, Extractor, Shown
+from services.ingest.records import TurnExtraction
+from services.ingest.resolution import Thresholds
+from services.ingest.rounds import RoundTurn, admit, extraction_of, show
 
 log = logging.getLogger(__name__)
 
 #: Errors worth waiting out: the turn is tried again, the batch held.
 TRANSIENT = (StoreUnavailableError, ConcurrentWriteError)
+#: Rounds a worker runs side by side, each over its share of the batch's sessions: while one
+#: waits for the read models, the store or the model, the other works.
+SIDE_BY_SIDE = 2
+T = TypeVar("T")
 
 
 class IngestWorker:
     """Turns ``app``'s ingested turns into cards through ``extractor``; :meth:`handle` does one
-    turn, :meth:`run` follows the ingest topic until ``stop``."""
+    turn, :meth:`handle_round` one turn of each of several sessions, :meth:`run` follows the
+    ingest topic until ``stop``."""
 
     def __init__(self, app: Any, extractor: Extractor, *, concurrency: int = 8,
                  max_backoff: float = 10.0, sleep: Callable[[float], bool] | None = None,
@@ -77,17 +81,24 @@ class IngestWorker:
         self.admission = admission or Admission(None, Thresholds(reuse=1.0, near=1.0), 1.0)
         self.shown = shown or Shown()
         #: Per tenant, the position of the last turn this worker wrote slots for: the read models
-        #: are waited for up to it before a turn's catalogue is read.
+        #: are waited for up to it before the tenant's catalogue is read.
         self._written: dict[str, int] = {}
         self._written_lock = threading.Lock()
         self.concurrency = max(1, concurrency)
+        #: Rounds side by side, and the model calls each makes at once (``concurrency`` in all).
+        self.lanes = min(SIDE_BY_SIDE, self.concurrency)
+        self.calls = self.concurrency // self.lanes
         self.max_backoff = max_backoff
         self.applied = 0
         self.dead_lettered = 0
         self._stop = threading.Event()
         self._sleep = sleep or self._stop.wait
 
-    # -- one turn --
+    def warm_up(self) -> None:
+        """Load what the first turn would otherwise wait for (the offline embedding model)."""
+        self.admission.warm_up()
+
+    # -- turns --
 
     def handed_over(self, value: bytes) -> list[tuple[str, str, UUID]]:
         """(tenant, session, ingestion id) of each turn one Kafka message value hands over."""
@@ -107,32 +118,149 @@ class IngestWorker:
         return turns
 
     def handle_all(self, turns: list[tuple[str, str, UUID]]) -> None:
-        """Every turn: the turns of one session in order, sessions side by side on the pool (a
-        model call waits on the network; one session's turns may change one slot in turn)."""
-        sessions: dict[tuple[str, str], list[UUID]] = {}
+        """Every turn, in rounds: the turns of one session in order, sessions side by side, the
+        sessions shared out between :attr:`lanes` rounds run side by side."""
+        sessions: dict[tuple[str, str], deque[UUID]] = {}
         for tenant, session, ingestion_id in turns:
-            sessions.setdefault((tenant, session), []).append(ingestion_id)
+            sessions.setdefault((tenant, session), deque()).append(ingestion_id)
+        keys = list(sessions)
+        lanes = [{key: sessions[key] for key in keys[lane::self.lanes]}
+                 for lane in range(min(self.lanes, len(keys)))]
+        self._each(self._rounds, lanes, at_once=len(lanes))
 
-        def one_session(key: tuple[str, str]) -> None:
-            for ingestion_id in sessions[key]:
-                self.handle_until_done(key[0], ingestion_id)
+    def _rounds(self, sessions: dict[tuple[str, str], deque[UUID]]) -> None:
+        while sessions:
+            self.handle_round([(key[0], queue.popleft()) for key, queue in sessions.items()])
+            sessions = {key: queue for key, queue in sessions.items() if queue}
 
-        if len(sessions) == 1 or self.concurrency == 1:
-            for key in sessions:
-                one_session(key)
-            return
-        with ThreadPoolExecutor(min(self.concurrency, len(sessions)),
-                                thread_name_prefix="ingest") as pool:
-            for done in [pool.submit(one_session, key) for key in sessions]:
-                done.result()  # a failure is raised here, after every session has run
+    def handle(self, tenant_id: str, ingestion_id: UUID) -> str:
+        """Take the turn as far as it goes; its status after."""
+        return self.handle_round([(tenant_id, ingestion_id)])[0]
 
-    def handle_until_done(self, tenant_id: str, ingestion_id: UUID) -> None:
-        """:meth:`handle`, waiting out a failing store with backoff (until stopped)."""
+    def handle_round(self, turns: Sequence[tuple[str, UUID]]) -> list[str]:
+        """Take each turn (of a session of its own) as far as it goes; their statuses after."""
+        with ThreadPoolExecutor(1, thread_name_prefix="ingest-wait") as waiter:
+            waited = waiter.submit(self._wait, dict.fromkeys(tenant for tenant, _ in turns))
+            round_ = [self._until_done(ingestion_id, partial(self._load, tenant, ingestion_id))
+                      for tenant, ingestion_id in turns]  # meanwhile
+            waited.result()
+        asking = [item for item in round_ if item.ingestion.status == "received"
+                  and item.ingestion.role in self.shown.roles]
+        self._show(asking)
+        self._each(self._ask, asking)
+        admit(self.admission, [item for item in asking if item.extraction is not None])
+        self._save_together(round_)
+        self._each(self._settle, [item for item in round_ if not item.status])
+        return [item.status for item in round_]
+
+    def _load(self, tenant_id: str, ingestion_id: UUID) -> RoundTurn:
+        ingestion = self.app.load(tenant_id, ingestion_id, Ingestion, "ingested turn")
+        return RoundTurn(tenant_id, ingestion_id, ingestion, turn_of(ingestion))
+
+    def _wait(self, tenants: Iterable[str]) -> None:
+        """Until the read models hold the slots this worker wrote for each tenant (bounded)."""
+        for tenant_id in tenants:
+            with self._written_lock:
+                position = self._written.get(tenant_id, 0)
+            self.catalogue.wait_for(tenant_id, position, self.shown.wait_seconds)
+
+    def _show(self, items: list[RoundTurn]) -> None:
+        """What each turn's extraction is shown, the tenant's slots read once for the round and
+        the earlier turns of the round's sessions in one query."""
+        for tenant_id in dict.fromkeys(item.tenant_id for item in items):
+            slots = self.catalogue.slots(tenant_id)
+            mine = [item for item in items if item.tenant_id == tenant_id]
+            earlier = self.catalogue.previous_turns_of(
+                tenant_id, [(item.turn.session_id, item.turn.said_at) for item in mine],
+                self.shown.turns)
+            for item, previous in zip(mine, earlier, strict=True):
+                show(item, slots, previous, self.shown)
+
+    def _ask(self, item: RoundTurn) -> None:
+        try:
+            item.extraction = self.extractor.extract(item.turn, item.context)
+        except ExtractionFailed as failed:
+            item.failed = failed
+
+    def _save_together(self, round_: list[RoundTurn]) -> None:
+        """The round's turns ready to apply, one save per tenant; when a save fails, its turns
+        are left to :meth:`_settle`, one at a time."""
+        tenants: dict[str, list[tuple[RoundTurn, TurnExtraction]]] = {}
+        for item in round_:
+            if (extraction := extraction_of(item, self.shown.roles)) is not None:
+                tenants.setdefault(item.tenant_id, []).append((item, extraction))
+
+        def save(group: list[tuple[RoundTurn, TurnExtraction]]) -> None:
+            tenant_id = group[0][0].tenant_id
+            try:
+                results = self.app.apply_extractions(tenant_id, [e for _, e in group])
+            except TRANSIENT as error:
+                log.warning("ingest: %d turn(s) wait for the store (%s); saved one at a time",
+                            len(group), error)
+                for item, _ in group:
+                    item.retried = True
+                return
+            for (item, extraction), result in zip(group, results, strict=True):
+                item.status = result.outcome
+                if item.status == "applied":
+                    self._applied(tenant_id, extraction.candidates, result)
+
+        self._each(save, list(tenants.values()))
+
+    def _settle(self, item: RoundTurn) -> None:
+        def step() -> str:
+            try:
+                return self._advance(item)
+            except TRANSIENT:
+                item.retried = True
+                raise
+
+        item.status = self._until_done(item.ingestion_id, step)
+
+    def _advance(self, item: RoundTurn) -> str:
+        """One save for the turn where it stands (two after a failed save: the answer, then
+        the cards); its status after."""
+        if item.retried:
+            item.ingestion = self._load(item.tenant_id, item.ingestion_id).ingestion
+        ingestion, tenant_id = item.ingestion, item.tenant_id
+        if ingestion.status == "received" and item.failed is not None:
+            return self._dead_letter(item, item.failed)
+        if (extraction := extraction_of(item, self.shown.roles)) is not None:
+            if not item.extraction:  # nothing the model said is lost: one save
+                result = self.app.apply_extractions(tenant_id, [extraction])[0]
+                return self._applied(tenant_id, extraction.candidates, result)
+            self.app.record_extraction(tenant_id, ingestion.id, extraction.candidates,
+                                       extraction.model, extraction.attempts, extraction.rejected)
+            ingestion = self._load(tenant_id, ingestion.id).ingestion
+        if ingestion.status == "extracted":
+            result = self.app.apply_extracted(tenant_id, ingestion.id)
+            return self._applied(tenant_id, ingestion.candidates, result)
+        return str(ingestion.status)
+
+    def _applied(self, tenant_id: str, candidates: Sequence[dict[str, Any]], result: Any) -> str:
+        if any(candidate.get("kind") == "state" for candidate in candidates):
+            self._wrote(tenant_id, result)  # the next round's catalogue must show its slots
+        self.applied += 1
+        return "applied"
+
+    def _dead_letter(self, item: RoundTurn, failed: ExtractionFailed) -> str:
+        self.app.record_dead_letter(item.tenant_id, item.ingestion_id, str(failed), failed.attempts)
+        self.dead_lettered += 1
+        log.warning("ingest: turn %s/%s dead-lettered after %d attempt(s): %s",
+                    item.turn.session_id, item.turn.turn_id, failed.attempts, failed)
+        return "dead_letter"
+
+    def _wrote(self, tenant_id: str, result: Any) -> None:
+        position = getattr(result, "position", None) or 0
+        with self._written_lock:
+            self._written[tenant_id] = max(self._written.get(tenant_id, 0), position)
+
+    def _until_done(self, ingestion_id: UUID, step: Callable[[], T]) -> T:
+        """``step``, waiting out a failing store with backoff (until stopped)."""
         pause = 0.2
         while True:
             try:
-                self.handle(tenant_id, ingestion_id)
-                return
+                return step()
             except TRANSIENT as error:
                 log.warning("ingest: turn %s waits for the store (%s); again in %.1f s",
                             ingestion_id, error, pause)
@@ -140,97 +268,17 @@ class IngestWorker:
                     raise
                 pause = min(pause * 2, self.max_backoff)
 
-    def handle(self, tenant_id: str, ingestion_id: UUID) -> str:
-        """Take the turn as far as it goes; its status after."""
-        ingestion = self.app.load(tenant_id, ingestion_id, Ingestion, "ingested turn")
-        if ingestion.status == "received" and ingestion.role not in self.shown.roles:
-            self.app.record_extraction(tenant_id, ingestion_id, [], f"none: {ingestion.role} turns "
-                                       "are context, not extracted", 0)
-            ingestion = self.app.load(tenant_id, ingestion_id, Ingestion, "ingested turn")
-        if ingestion.status == "received":
-            turn = turn_of(ingestion)
-            slots, context = self.context(turn)
-            try:
-                extraction = self.extractor.extract(turn, context)
-            except ExtractionFailed as failed:
-                self.app.record_dead_letter(tenant_id, ingestion_id, str(failed), failed.attempts)
-                self.dead_lettered += 1
-                log.warning("ingest: turn %s/%s dead-lettered after %d attempt(s): %s",
-                            ingestion.session_id, ingestion.turn_id, failed.attempts, failed)
-                return "dead_letter"
-            admitted = self.admission.admit(extraction.candidates, context.texts(turn), slots)
-            admitted.candidates = [_spoken_by(c, turn.speaker) for c in admitted.candidates]
-            if admitted.rejected:  # the values stay out of the log: it is not erasable text
-                log.info("ingest: turn %s/%s: %d candidate(s) not grounded in the text shown, "
-                         "not written", turn.session_id, turn.turn_id, len(admitted.rejected))
-            self.app.record_extraction(
-                tenant_id, ingestion_id, [c.stored() for c in admitted.candidates],
-                extraction.model, extraction.attempts, admitted.rejected)
-            ingestion = self.app.load(tenant_id, ingestion_id, Ingestion, "ingested turn")
-        if ingestion.status == "extracted":
-            card_ids = self.apply(tenant_id, ingestion)
-            applied = self.app.record_applied(tenant_id, ingestion_id, card_ids)
-            if any(candidate.get("kind") == "state" for candidate in ingestion.candidates):
-                self._wrote(tenant_id, applied)  # the next turn's catalogue must show its slots
-            self.applied += 1
-            return "applied"
-        return str(ingestion.status)
-
-    def context(self, turn: TurnToExtract) -> tuple[list[CatalogueSlot], TurnContext]:
-        """The tenant's slots (once the read models hold what this worker wrote for it), and
-        what the turn's extraction is shown: the slots of the people it is about and the
-        session's earlier turns, bounded by ``shown``."""
-        with self._written_lock:
-            position = self._written.get(turn.tenant_id, 0)
-        self.catalogue.wait_for(turn.tenant_id, position, self.shown.wait_seconds)
-        slots = speaker_view(self.catalogue.slots(turn.tenant_id), turn.speaker)
-        previous = self.catalogue.previous_turns(turn.tenant_id, turn.session_id, turn.said_at,
-                                                 self.shown.turns)
-        texts = [turn.text, *(prior.text for prior in previous)]
-        return slots, TurnContext(slots=tuple(self.shown.about(slots, texts)),
-                                  previous=tuple(previous), value_chars=self.shown.value_chars,
-                                  turn_chars=self.shown.turn_chars)
-
-    def _wrote(self, tenant_id: str, result: Any) -> None:
-        position = getattr(result, "position", None) or 0
-        with self._written_lock:
-            self._written[tenant_id] = max(self._written.get(tenant_id, 0), position)
-
-    def apply(self, tenant_id: str, ingestion: Ingestion) -> list[str]:
-        """The recorded candidates as commands, in order; the ids of the cards they wrote."""
-        card_ids: list[str] = []
-        knowledge: list[UUID] = []
-        for index, command in enumerate(plan_commands(turn_of(ingestion), ingestion.candidates)):
-            try:
-                result = self.app.remember(tenant_id, command)
-            except TRANSIENT:
-                raise
-            except PalimpsestError as error:
-                log.warning("ingest: turn %s/%s: candidate %d left out: %s",
-                            ingestion.session_id, ingestion.turn_id, index, error)
-                continue
-            if result.card_id is not None:
-                card_ids.append(str(result.card_id))
-                if command.kind == "knowledge":
-                    knowledge.append(result.card_id)
-                if (twin := near_twin(ingestion.candidates[index])) is not None:
-                    self._propose_twin(tenant_id, command, result.card_id, twin)
-        self._relate(tenant_id, ingestion, knowledge)
-        return card_ids
-
-    def _propose_twin(self, tenant_id: str, command: Remember, card_id: UUID,
-                      resolution: dict[str, Any]) -> None:
-        """A card that opened a slot close to another of its subject's: proposed to take the
-        place of the twin's current value, for a person to accept or reject."""
-        proposal = twin_proposal(self.app, tenant_id, command, card_id, resolution)
-        if proposal is not None:
-            self.app.propose(tenant_id, proposal)
-    def _relate(self, tenant_id: str, ingestion: Ingestion, knowledge: list[UUID]) -> None:
-        """Concepts discussed in one turn are ``related_to`` each other."""
-        for first, second in _pairs(knowledge):
-            self.app.link(tenant_id, Link(
-                card_id=first, edge="related_to", target_id=second,
-                request_id=f"ingest:{ingestion.id}:related:{first}:{second}"))
+    def _each(self, step: Callable[[T], None], items: list[T], at_once: int | None = None) -> None:
+        """``step`` for every item, ``at_once`` (by default a round's :attr:`calls`) at a time:
+        a model call and a save mostly wait. A failure is raised once every item has run."""
+        at_once = min(at_once or self.calls, len(items))
+        if at_once <= 1:
+            for item in items:
+                step(item)
+            return
+        with ThreadPoolExecutor(at_once, thread_name_prefix="ingest") as pool:
+            for done in [pool.submit(step, item) for item in items]:
+                done.result()
 
     def close(self) -> None:
         self.catalogue.close()
@@ -253,28 +301,6 @@ class IngestWorker:
             except TRANSIENT:
                 return  # stopped while waiting for the store: the batch is read again next time
             consumer.commit()
-
-
-def turn_of(ingestion: Ingestion) -> TurnToExtract:
-    return TurnToExtract(
-        tenant_id=ingestion.tenant_id, ingestion_id=ingestion.id, session_id=ingestion.session_id,
-        turn_id=ingestion.turn_id, role=ingestion.role, agent_id=ingestion.agent_id,
-        text=ingestion.text, said_at=ingestion.said_at, timezone=ingestion.timezone,
-        event_card_id=ingestion.event_card_id, speaker=ingestion.speaker or USER)
-
-
-def _spoken_by(candidate: Candidate, speaker: str) -> Candidate:
-    """A candidate in the tenant's terms: what the extraction calls ``user`` is the speaker."""
-    resolution = candidate.resolution
-    if resolution is not None and "subject" in resolution:
-        resolution = {**resolution, "subject": as_speaker(resolution["subject"], speaker)}
-    return replace(candidate, subject=as_speaker(candidate.subject, speaker), resolution=resolution)
-
-
-def _pairs(items: list[UUID]) -> Iterable[tuple[UUID, UUID]]:
-    for i, first in enumerate(items):
-        for second in items[i + 1:]:
-            yield first, second
 
 
 __all__ = ["IngestWorker", "turn_of"]

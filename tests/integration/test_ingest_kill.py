@@ -2,8 +2,8 @@
 the middle of a batch and started again: every turn's cards exist exactly once.
 
 The worker commits its Kafka offsets only after a batch's turns are applied; the killed batch is
-read again, and the turns it had applied are answered from the Ingestion's status and the
-commands' receipts, not written twice."""
+read again, and the turns it had applied are answered from the Ingestion's status (a turn's cards
+are saved with its Applied, in one transaction), not written twice."""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ models (projected between turns), the offline embedder for grounding and closene
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -37,14 +38,16 @@ SAID = datetime(2026, 3, 2, 9, 0, tzinfo=BERLIN)
 
 class ProjectedCatalogue(ReadModelCatalogue):
     """The read models, brought up to the log before each read (``serve`` has its projector
-    running; here the test's projector catches up)."""
+    running; here the test's projector catches up, for one of the worker's rounds at a time)."""
 
     def __init__(self, read: ReadModels, projector: Any, app: Any) -> None:
         super().__init__(read)
         self.projector, self.app = projector, app
+        self._lock = threading.Lock()
 
     def wait_for(self, tenant_id: str, position: int, timeout: float) -> None:
-        catch_up(self.projector, self.app)
+        with self._lock:
+            catch_up(self.projector, self.app)
 
 
 @pytest.fixture(scope="module")
