@@ -269,9 +269,8 @@ class Settings(BaseSettings):
     #: The HTTP server of ``palimpsest serve``.
     api_host: str = "127.0.0.1"
     api_port: int = Field(default=8765, ge=0, le=65_535)
-    #: HTTP processes ``serve`` answers requests with: 1 answers in the serving process itself;
-    #: more start that many worker processes sharing the socket, each with its own group commit
-    #: (``services.entrypoints.api_workers``). Default: one per core, at most 4.
+    #: HTTP worker processes ``serve`` answers requests with, sharing its socket, each with its
+    #: own group commit (``services.entrypoints.api_workers``). Default: one per core, at most 4.
     api_workers: int = Field(default_factory=lambda: min(4, os.cpu_count() or 1), ge=1, le=64)
     #: Whether ``serve`` runs the pipeline (broker, relay, projector, extraction worker) too; off
     #: where those run as services of their own (``docker compose``'s relay, projector, ingest).

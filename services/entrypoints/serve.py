@@ -17,8 +17,9 @@ On the embedded default one command starts, in this order:
   seconds`` every tenant's retention policy erases the raw conversation turns older than it
   keeps), run by one ``serve`` process at a time among those on one database (a lease);
 * the HTTP server, REST under ``/v1``, MCP over streamable HTTP at ``/mcp`` and the console:
-  uvicorn in a thread of this process when ``api_workers`` is 1, else that many worker processes
-  sharing the socket (:mod:`services.entrypoints.api_workers`).
+  ``api_workers`` worker processes sharing the socket (:mod:`services.entrypoints.api_workers`),
+  none of them sharing a GIL with the relays and the background jobs of this process (the demo,
+  on a simulated clock, answers in a thread of this process instead).
 
 A part that dies is started again: the broker by its keeper, the projector and the extraction
 worker by the pipeline, an HTTP worker process by its supervisor, the in-process HTTP server here
@@ -122,16 +123,17 @@ class Service:
         self.clock = clock
         self.make_key = (not settings.database_url) if local_key is None else local_key
         host, port = host or settings.api_host, settings.api_port if port is None else port
-        #: HTTP processes: the setting, or this one alone when a clock is given (a clock cannot
-        #: cross into another process).
-        self.workers = 1 if clock is not None else (workers or settings.api_workers)
+        #: HTTP worker processes (``workers``, else the setting); 0 when a clock is given: this
+        #: process answers (a clock cannot cross into another process).
+        self.workers = 0 if clock is not None else (workers if workers is not None
+                                                   else settings.api_workers)
         self.http: HttpServer | ApiWorkers
-        if self.workers > 1:
+        if self.workers:
             settings = self.settings = with_console_key(settings)
             self.http = ApiWorkers(settings, host, port, self.workers, mcp)
         else:
             self.http = HttpServer(self._make_app, host, port)
-        #: The query side too when this process answers requests (one HTTP process).
+        #: The query side too when this process answers requests (no worker processes).
         self.services: Services | None = None
         self.background: Background | None = None
         self.pipeline: Pipeline | None = None

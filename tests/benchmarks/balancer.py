@@ -1,10 +1,13 @@
 """A round-robin TCP balancer for benchmarks and tests: each connection it accepts goes to the next
 backend in turn, bytes copied both ways until either side closes. A stand-in for the balancer a
 deployment puts in front of several ``palimpsest serve`` processes (``docker-compose.yml`` runs
-nginx); it runs on an event loop in a thread of the calling process.
+nginx). It runs on an event loop in a thread of the calling process, or as a process of its own
+(so that it shares no GIL with the clients it serves), printing its port once it listens:
 
     with Balancer(["127.0.0.1:8001", "127.0.0.1:8002"]) as balancer:
         use(balancer.url)
+
+    python -m tests.benchmarks.balancer 127.0.0.1:8001 127.0.0.1:8002
 """
 
 from __future__ import annotations
@@ -99,3 +102,17 @@ async def _copy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
     finally:
         with contextlib.suppress(Exception):
             writer.close()
+
+
+def main() -> None:
+    import signal
+    import sys
+
+    balancer = Balancer(sys.argv[1:]).start()
+    print(balancer.port, flush=True)
+    signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    balancer.stop()
+
+
+if __name__ == "__main__":
+    main()

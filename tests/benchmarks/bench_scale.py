@@ -1,15 +1,17 @@
 """Throughput as processes are added, 1 → 2, each pair measured in one run on this machine.
 
     .venv/bin/python -m tests.benchmarks.bench_scale [--writes 2000] [--clients 8]
-        [--read-seconds 10] [--events 10000] [--tenants 40] [--only api|projector] [--json]
+        [--read-seconds 10] [--cards 10000] [--queries 100] [--events 10000] [--tenants 40]
+        [--only api|projector] [--json]
 
 - **API processes.** ``palimpsest serve --workers 1`` on the embedded default (its PostgreSQL,
   broker, relay and projector), and a second ``palimpsest serve --workers 1 --no-pipeline`` on the
-  same database (the first one's PostgreSQL as an external server, its master key), both behind a
-  round-robin TCP balancer of ours (:mod:`tests.benchmarks.balancer`). ``--clients`` threads, a
-  connection each, write ``--writes`` state cards through the balancer with one backend, then
-  with both; then search for ``--read-seconds`` with one, then both. The balancer's own CPU is
-  paid in both runs alike.
+  same database (the first one's PostgreSQL as an external server, its master key), behind a
+  round-robin TCP balancer of ours (:mod:`tests.benchmarks.balancer`, a process of its own).
+  ``--clients`` threads, a connection each, write ``--writes`` state cards through the balancer
+  with one backend, then search for ``--read-seconds`` (``--cards`` cards loaded into the read
+  models and ``--queries`` questions, as ``bench_api`` loads and asks them); then the same with
+  both backends. The balancer's own CPU is paid in both runs alike.
 - **Projectors.** A corpus of ``--events`` events over ``--tenants`` tenants is relayed to a topic
   of ``kafka_partitions`` partitions (tenants hashed to partitions); one projector process
   (``palimpsest project``) applies it into a fresh schema, then two in one consumer group apply the
@@ -29,9 +31,11 @@ import argparse
 import contextlib
 import json
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +46,14 @@ from infra.postgres import admin_database, stop_embedded
 from infra.relay import Relay
 from infra.settings import Settings
 from services.factory import create_app
-from tests.benchmarks.balancer import Balancer
-from tests.benchmarks.bench_api import Server, in_threads, remember_over_rest, start_server, stop_server
+from tests.benchmarks.bench_api import (
+    Server,
+    in_threads,
+    load_cards,
+    remember_over_rest,
+    start_server,
+    stop_server,
+)
 from tests.benchmarks.bench_pipeline import (
     corpus,
     cpu_seconds,
@@ -52,9 +62,7 @@ from tests.benchmarks.bench_pipeline import (
     positions,
     projector_process,
 )
-
-QUESTIONS = ("where does bench-1 live?", "item 7 of writer 3", "what is value 12?",
-             "bench-4 items", "writer 2 value 30")
+from tests.benchmarks.bench_retrieval import BenchQuery, bench_queries
 
 
 def ratio(figures: dict[str, float]) -> str:
@@ -62,6 +70,19 @@ def ratio(figures: dict[str, float]) -> str:
 
 
 # --- API processes ---------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def balancing(backends: list[str]) -> Iterator[str]:
+    """The balancer as a process of its own over ``backends``; its URL."""
+    process = subprocess.Popen([sys.executable, "-m", "tests.benchmarks.balancer", *backends],
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        assert process.stdout is not None
+        yield f"http://127.0.0.1:{int(process.stdout.readline())}"
+    finally:
+        process.terminate()
+        process.wait(10)
 
 
 def second_server(folder: Path, first: Path) -> Server:
@@ -75,14 +96,17 @@ def second_server(folder: Path, first: Path) -> Server:
                         args=("--workers", "1", "--no-pipeline"))
 
 
-def searches(url: str, key: str, clients: int, seconds: float) -> float:
-    """Searches per second by ``clients`` threads, a connection each, for ``seconds``."""
+def searches(url: str, key: str, clients: int, seconds: float,
+             questions: list[BenchQuery]) -> float:
+    """Searches per second by ``clients`` threads, a connection each, for ``seconds``, going
+    round ``questions``."""
     def work(index: int) -> list[float]:
         done, end = [], time.perf_counter() + seconds
         with Client(url, key, timeout=60) as api:
             while time.perf_counter() < end:
                 started = time.perf_counter()
-                api.search(QUESTIONS[(index + len(done)) % len(QUESTIONS)])
+                asked = questions[(index * 7 + len(done)) % len(questions)]
+                api.search(asked.text, project_id=asked.project_id)
                 done.append(time.perf_counter() - started)
         return done
 
@@ -103,24 +127,23 @@ def api_scale(folder: Path, args: argparse.Namespace) -> dict[str, dict[str, flo
         second = second_server(folder / "b", folder / "a")
         backends = [url.removeprefix("http://") for url in (first.url, second.url)]
         per_client = max(1, args.writes // args.clients)
-        with Balancer(backends[:1]) as balancer:
-            via = Server(first.process, balancer.url, first.key, "")
-            remember_over_rest(via, args.clients, 20, offset=10_000_000)  # warm-up, not counted
-            for count in (1, 2):
-                balancer.backends = backends[:count]
-                remember_over_rest(via, args.clients, 5, offset=20_000_000 + count)  # its warm-up
+        print(f"loading {args.cards:,} cards to search into the read models …", flush=True)
+        load_cards(Settings(data_dir=folder / "a" / "data", auto_bootstrap=False), args.cards)
+        questions = bench_queries(args.queries)
+        for count in (1, 2):
+            with balancing(backends[:count]) as url:
+                via = Server(first.process, url, first.key, "")
+                remember_over_rest(via, args.clients, 20, offset=20_000_000 + count)  # warm-up
                 made, wall = remember_over_rest(via, args.clients, per_client, offset=count * 100_000)
                 writes[str(count)] = round(len(made) / wall, 1)
                 print(f"writes, {count} API process(es)   {writes[str(count)]:>8,.0f} /s  "
                       f"({len(made)} remember calls, {args.clients} clients)", flush=True)
-            print(f"writes, 2 ÷ 1                 {ratio(writes):>9}  (goal ≥ 1.5×)", flush=True)
-            for count in (1, 2):
-                balancer.backends = backends[:count]
-                searches(balancer.url, first.key, args.clients, 2.0)  # warm-up, not counted
-                reads[str(count)] = round(searches(balancer.url, first.key, args.clients,
-                                                   args.read_seconds), 1)
+                searches(url, first.key, args.clients, 3.0, questions)  # warm-up, not counted
+                reads[str(count)] = round(searches(url, first.key, args.clients,
+                                                   args.read_seconds, questions), 1)
                 print(f"searches, {count} API process(es) {reads[str(count)]:>8,.0f} /s", flush=True)
-            print(f"searches, 2 ÷ 1               {ratio(reads):>9}", flush=True)
+        print(f"writes, 2 ÷ 1                 {ratio(writes):>9}  (goal ≥ 1.5×)", flush=True)
+        print(f"searches, 2 ÷ 1               {ratio(reads):>9}", flush=True)
     finally:
         if second is not None:
             stop_server(second)
@@ -201,6 +224,9 @@ def main() -> None:
     parser.add_argument("--writes", type=int, default=2_000)
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--read-seconds", type=float, default=10.0)
+    parser.add_argument("--cards", type=int, default=10_000, help="cards to search, loaded as "
+                        "bench_api loads them")
+    parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--tenants", type=int, default=40)
     parser.add_argument("--only", choices=("api", "projector"))

@@ -40,7 +40,7 @@ class App:
 def _service(interval: float) -> tuple[Service, App, Any]:
     settings = Settings(persistence="memory", retention_interval_seconds=interval,
                         retention_batch=7)
-    service = Service(settings, Shutdown(), host="127.0.0.1", port=0, mcp=False, workers=1)
+    service = Service(settings, Shutdown(), host="127.0.0.1", port=0, mcp=False, workers=0)
     app, read = App(), object()
     service.background = SimpleNamespace(app=app, read=read, keys=None, monitor=None)
     return service, app, read

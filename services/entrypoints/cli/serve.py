@@ -22,9 +22,8 @@ def serve(
     key: bool = typer.Option(None, "--key/--no-key",
                              help="Make a key for the tenant 'local' on the first start (default: on "
                                   "the embedded PostgreSQL only)."),
-    workers: int = typer.Option(None, min=1, max=64, help="HTTP processes (default "
-                                "PALIMPSEST_API_WORKERS: one per core, at most 4; 1 answers in the "
-                                "serving process)."),
+    workers: int = typer.Option(None, min=1, max=64, help="HTTP worker processes (default "
+                                "PALIMPSEST_API_WORKERS: one per core, at most 4)."),
     pipeline: bool = typer.Option(None, "--pipeline/--no-pipeline",
                                   help="Run the broker, relay, projector and extraction worker too "
                                        "(default PALIMPSEST_SERVE_PIPELINE, on); off where they run "
