@@ -215,7 +215,15 @@ class Shutdown:
         self._on_force.append(hook)
 
     def _on_signal(self, signum: int, _frame: object) -> None:
-        self.request(signal.Signals(signum).name, signum)
+        """The stop is asked from a thread of its own: the handler runs on the main thread, which
+        may hold :attr:`stop`'s lock at that moment (inside ``stop.wait``), and setting the event
+        here would then wait for itself forever (an event's lock is not reentrant). Waited for a
+        moment, so that a stop asked from a main thread not waiting is set when the handler
+        returns."""
+        asking = threading.Thread(target=self.request, args=(signal.Signals(signum).name, signum),
+                                  name=f"{self.name} stop", daemon=True)
+        asking.start()
+        asking.join(0.5)
 
     def request(self, reason: str, signum: int | None = None) -> None:
         """Ask everything to stop; the clock of the deadline starts now."""
