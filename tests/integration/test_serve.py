@@ -217,7 +217,10 @@ def test_serve_on_external_servers_starts_only_its_own_parts(
 ) -> None:
     from psycopg.conninfo import make_conninfo
 
+    from infra.keyring import load_master_key
     from services.bootstrap import create_key_store
+
+    load_master_key(pg_settings)  # the session's master key, made if no test made it yet
 
     served.extra = {
         "PALIMPSEST_DATABASE_URL": make_conninfo(host=admin_db.host, port=admin_db.port,
