@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve demo test docs test-containers bench bench-api bench-commands bench-ingest bench-sealing bench-erasure bench-ingest-quality bench-retrieval bench-peers bench-latest-first bench-aging bench-faults bench-contention soak typecheck clean
+.PHONY: serve demo test docs test-containers bench bench-api bench-scale bench-restart bench-commands bench-ingest bench-sealing bench-erasure bench-ingest-quality bench-retrieval bench-peers bench-latest-first bench-aging bench-faults bench-contention soak typecheck clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -38,7 +38,13 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_pipeline
 
 bench-api: $(STAMP)
-	$(BIN)/python -m tests.benchmarks.bench_api
+	$(BIN)/python -m tests.benchmarks.bench_api $(ARGS)
+
+bench-scale: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_scale $(ARGS)
+
+bench-restart: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_restart $(ARGS)
 
 bench-commands: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_commands

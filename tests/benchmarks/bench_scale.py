@@ -15,8 +15,9 @@
 - **Projectors.** A corpus of ``--events`` events over ``--tenants`` tenants is relayed to a topic
   of ``kafka_partitions`` partitions (tenants hashed to partitions); one projector process
   (``palimpsest project``) applies it into a fresh schema, then two in one consumer group apply the
-  same log, relayed to a topic of its own, into another: events/s from the first applied event to
-  the last, as ``make bench`` measures Faust.
+  same log into another, relayed to a topic of its own once the group has formed (each projector
+  follows Kafka, and some seconds more for the rebalances): events/s from the first applied event
+  to the last.
 
 Figures print beside their one-process baseline; ``--json`` prints one JSON object last:
 ``{"api": {"1": writes/s, "2": writes/s}, "api_reads": {"1": searches/s, "2": searches/s},
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from palimpsest_client import Client
+from psycopg import sql
 
 from infra.broker import EmbeddedBroker, ensure_topic
 from infra.postgres import admin_database, stop_embedded
@@ -48,9 +50,11 @@ from infra.settings import Settings
 from services.factory import create_app
 from tests.benchmarks.bench_api import (
     Server,
+    card,
     in_threads,
     load_cards,
     remember_over_rest,
+    settle,
     start_server,
     stop_server,
 )
@@ -127,8 +131,9 @@ def api_scale(folder: Path, args: argparse.Namespace) -> dict[str, dict[str, flo
         second = second_server(folder / "b", folder / "a")
         backends = [url.removeprefix("http://") for url in (first.url, second.url)]
         per_client = max(1, args.writes // args.clients)
+        settings = Settings(data_dir=folder / "a" / "data", auto_bootstrap=False)
         print(f"loading {args.cards:,} cards to search into the read models …", flush=True)
-        load_cards(Settings(data_dir=folder / "a" / "data", auto_bootstrap=False), args.cards)
+        load_cards(settings, args.cards)
         questions = bench_queries(args.queries)
         for count in (1, 2):
             with balancing(backends[:count]) as url:
@@ -136,6 +141,8 @@ def api_scale(folder: Path, args: argparse.Namespace) -> dict[str, dict[str, flo
                 remember_over_rest(via, args.clients, 20, offset=20_000_000 + count)  # warm-up
                 made, wall = remember_over_rest(via, args.clients, per_client, offset=count * 100_000)
                 writes[str(count)] = round(len(made) / wall, 1)
+                with Client(url, first.key) as api:  # the next figure starts with no backlog
+                    settle(settings, int(api.remember(**card(99, count))["position"]))
                 print(f"writes, {count} API process(es)   {writes[str(count)]:>8,.0f} /s  "
                       f"({len(made)} remember calls, {args.clients} clients)", flush=True)
                 searches(url, first.key, args.clients, 3.0, questions)  # warm-up, not counted
@@ -156,22 +163,22 @@ def api_scale(folder: Path, args: argparse.Namespace) -> dict[str, dict[str, flo
 
 def projector_rate(settings: Settings, app: Any, head: int, folder: Path, processes: int) -> float:
     """Events/s of ``processes`` projectors in one group over the log relayed to a topic of its
-    own, from the first applied event to the last."""
+    own once the group has formed, from the first applied event to the last."""
     topic = f"bench-scale-{processes}"
     ensure_topic(settings.kafka_bootstrap or "", topic, settings.kafka_partitions)
-    relay = Relay.from_settings(app.recorder, settings.model_copy(update={"kafka_topic": topic}),
-                                settings.kafka_bootstrap or "", name=topic)
-    while relay.position < head:
-        relay.run_once(timeout=0.5)
-    relay.close()
     schema = f"bench_scale_{processes}"
     fresh_schema(settings, schema, head=head)
     wanted = last_per_tenant(app)
     running = [projector_process(settings, schema, topic, folder / f"{topic}-{i}.log")
                for i in range(processes)]
     try:
+        joined(settings, [p.pid for p in running], folder / f"{topic}-0.log")
+        relay = Relay.from_settings(app.recorder, settings.model_copy(update={"kafka_topic": topic}),
+                                    settings.kafka_bootstrap or "", name=topic)
         first, deadline = None, time.monotonic() + 900
         while True:
+            if relay.position < head:
+                relay.run_once(timeout=0.1)
             seen = positions(settings, schema)
             if seen and first is None:
                 first = time.perf_counter()
@@ -179,8 +186,10 @@ def projector_rate(settings: Settings, app: Any, head: int, folder: Path, proces
                 break
             if time.monotonic() > deadline or any(p.poll() is not None for p in running):
                 raise RuntimeError((folder / f"{topic}-0.log").read_text()[-2000:])
-            time.sleep(0.05)
+            if relay.position >= head:
+                time.sleep(0.05)
         done = time.perf_counter()
+        relay.close()
         cpu = sum(cpu_seconds(p.pid) for p in running)
     finally:
         for process in running:
@@ -188,8 +197,22 @@ def projector_rate(settings: Settings, app: Any, head: int, folder: Path, proces
             process.wait(timeout=30)
     rate = head / (done - (first or done)) if first and done > first else float("nan")
     print(f"projectors ×{processes}                {rate:>8,.0f} events/s  ({head} events; "
-          f"{cpu / head * 1e6:.0f} µs of projector CPU an event)", flush=True)
+          f"{cpu / head * 1e6:.0f} µs of projector CPU an event over the whole run)", flush=True)
     return round(rate, 1)
+
+
+def joined(settings: Settings, pids: list[int], log: Path, settle: float = 8.0) -> None:
+    """Until every projector follows Kafka (its heartbeat says so), and ``settle`` seconds more
+    for the group's rebalances to end: the figure is the group's, not its forming."""
+    query = sql.SQL("SELECT count(*) FROM {}.heartbeats WHERE role = 'projector' AND pid = ANY(%s) "
+                    "AND detail LIKE 'following Kafka%%'").format(sql.Identifier(settings.event_schema))
+    deadline = time.monotonic() + 180
+    with admin_database(settings).connect(autocommit=True) as conn:
+        while (conn.execute(query, (pids,)).fetchone() or (0,))[0] < len(pids):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the projectors did not join: {log.read_text()[-2000:]}")
+            time.sleep(0.2)
+    time.sleep(settle)
 
 
 def projector_scale(folder: Path, args: argparse.Namespace) -> dict[str, dict[str, float]]:
