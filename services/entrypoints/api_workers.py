@@ -2,9 +2,10 @@
 
 The serving process binds the HTTP socket, then starts ``api_workers`` children (``palimpsest
 api-worker``), each inheriting the listening socket: the kernel hands every accepted connection to
-one of them. None shares a GIL with the serving process's relays and background jobs. A worker builds its own command side (with its own group commit), query side and key
-store from the serving process's settings and serves REST, MCP and the console on that socket with
-uvicorn; the serving process answers no request itself. Any worker answers any request: the query
+one of them. None shares a GIL with the serving process's relays and background jobs. A worker
+builds its own command side (with its own group commit), query side and key store from the serving
+process's settings and serves REST, MCP and the console on that socket with uvicorn; the serving
+process answers no request itself. Any worker answers any request: the query
 side is stateless, a write is in the event store before it is answered, and a read that passes
 ``min_position`` waits until the read models hold that position, whichever worker wrote it.
 
