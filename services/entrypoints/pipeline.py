@@ -4,9 +4,10 @@ One process keeps the parts up:
 
 * the broker — the data folder's embedded tansu (unless ``PALIMPSEST_KAFKA_BOOTSTRAP`` is set), a
   child restarted on the same port when it dies or stops answering (:class:`BrokerKeeper`); the
-  relay notices the broker lost its data and publishes the log again, and the projector's consumer
-  rejoins its group on the same address and reads the new topic from the start (what it already
-  applied is skipped by its tracking);
+  relay notices the broker lost its data and publishes again what its consumers have not handled
+  (from their low-water mark: :mod:`projections.lowwater`), and the projector's consumer rejoins
+  its group on the same address and reads the new topic from the start (what it already applied
+  is skipped by its tracking);
 * the relay — a thread of this process; beside it the ingest relay (only the turns handed to
   extraction, to ``kafka_ingest_topic``);
 * the projector — a child process (``palimpsest project`` against this broker:

@@ -22,8 +22,8 @@ On the embedded default one command starts, in this order:
   on a simulated clock, answers in a thread of this process instead).
 
 A part that dies is started again: the broker by its keeper, the projector and the extraction
-worker by the pipeline, an HTTP worker process by its supervisor, the in-process HTTP server here
-(a fresh app on the same port, with backoff). SIGINT or SIGTERM stops them all within
+worker by the pipeline, an HTTP worker process by its supervisor (the demo's HTTP server here: a
+fresh app on the same port), each with backoff. SIGINT or SIGTERM stops them all within
 :data:`STOP_DEADLINE`: the HTTP server first (requests under way finish: a write is committed to
 the event store before it is answered, so no accepted write is lost; the relay and projector catch
 up at the next start), then the pipeline, then PostgreSQL (left at exit, stopped by the last
