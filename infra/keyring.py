@@ -27,6 +27,7 @@ import binascii
 import contextlib
 import hashlib
 import hmac
+import logging
 import os
 import tempfile
 import threading
@@ -52,6 +53,8 @@ from domain.errors import PalimpsestError
 from domain.values import check_tenant
 from infra.postgres import admin_database, runtime_database
 from infra.settings import Settings
+
+log = logging.getLogger(__name__)
 
 KeyKind = Literal["card", "slot", "case", "proposal", "turn", "tenant"]
 KEY_KINDS: tuple[str, ...] = get_args(KeyKind)
@@ -150,7 +153,9 @@ class KeyRing(Protocol):
         ...
 
     def destroy(self, tenant_id: str, key_ids: Iterable[UUID], erasure_id: UUID) -> int:
-        """Destroy those live keys of the tenant: how many were destroyed (0 the second time)."""
+        """Destroy those live keys of the tenant: how many were destroyed (0 the second time).
+        A shared ring then moves its count of destructions on, even when none was left
+        (:data:`DESTROYED_SEQUENCE`)."""
         ...
 
     def ever_made(self, tenant_id: str, kind: KeyKind, unit_id: UUID) -> bool:
@@ -163,6 +168,10 @@ class KeyRing(Protocol):
 
     def forget_cached(self, key_ids: Iterable[UUID]) -> None:
         """Drop those keys from this process's cache (another process destroyed them)."""
+        ...
+
+    def forget_every_cached(self) -> None:
+        """Drop every key from this process's cache (another process destroyed some)."""
         ...
 
 
@@ -415,17 +424,29 @@ REVOKE ALL ON {table} FROM {role};
 GRANT SELECT, INSERT ON {table} TO {role};
 GRANT UPDATE (slot_id, subject_ref, session, cards, material, destroyed_at, erasure_id)
     ON {table} TO {role};
+CREATE SEQUENCE IF NOT EXISTS {destroyed};
+GRANT USAGE, SELECT ON SEQUENCE {destroyed} TO {role};
 """
+
+#: Moved on by every :meth:`KeyRing.destroy`, once its keys are destroyed: a process that finds it
+#: moved since it last looked drops what it decoded before (:func:`destroyed_count`).
+DESTROYED_SEQUENCE = "erasure_keys_destroyed"
+
+
+def destroyed_count(schema: str) -> sql.Composed:
+    """An expression: how many times keys of ``schema``'s ring were destroyed (0 before the first)."""
+    return sql.SQL("(SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM {})").format(
+        sql.Identifier(schema, DESTROYED_SEQUENCE))
 
 
 def ensure_key_table(conn: psycopg.Connection[Any], schema: str, runtime_role: str) -> None:
-    """Create ``{schema}.erasure_keys``, the indexes :meth:`KeyRing.find` looks up by, and the
-    trigger that keeps a destroyed key destroyed; let the runtime role read it, add rows and update
-    the columns a ring changes (never delete: destroying is nulling). Idempotent; the bootstrap
-    runs it as the administrator."""
+    """Create ``{schema}.erasure_keys``, the indexes :meth:`KeyRing.find` looks up by, the
+    trigger that keeps a destroyed key destroyed and the sequence each destruction moves on; let
+    the runtime role read it, add rows and update the columns a ring changes (never delete:
+    destroying is nulling). Idempotent; the bootstrap runs it as the administrator."""
     conn.execute(sql.SQL(_DDL).format(
         schema=sql.Identifier(schema), table=sql.Identifier(schema, KEY_TABLE),
-        role=sql.Identifier(runtime_role)))
+        destroyed=sql.Identifier(schema, DESTROYED_SEQUENCE), role=sql.Identifier(runtime_role)))
 
 
 _COLUMNS = "key_id, kind, unit_id, slot_id, subject_ref, session, cards, material"
@@ -475,6 +496,8 @@ class _PostgresTable(_KeyTable):
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], schema: str) -> None:
         self._connect = connect
         self._table = sql.Identifier(schema, KEY_TABLE)
+        self._destroyed = ".".join('"' + name.replace('"', '""') + '"'
+                                   for name in (schema, DESTROYED_SEQUENCE))
         self._restart()
         _after_fork(self, "_restart")
 
@@ -567,11 +590,21 @@ class _PostgresTable(_KeyTable):
         return [Found(*values) for values in self._run(query, params)]
 
     def destroy(self, tenant_id: str, key_ids: list[UUID], erasure_id: UUID) -> int:
-        return len(self._run(
+        destroyed = len(self._run(
             "UPDATE {table} SET material = NULL, subject_ref = NULL, session = NULL, "
             "destroyed_at = now(), erasure_id = %(erasure)s WHERE tenant_id = %(tenant)s "
             "AND key_id = ANY(%(keys)s::uuid[]) AND material IS NOT NULL RETURNING key_id",
             {"tenant": tenant_id, "keys": key_ids, "erasure": erasure_id}))
+        # Once the keys are gone (committed), never before: a process that sees the count move
+        # and decodes again must find them destroyed. Moved on even when none was left (an
+        # erasure run again after a crash right here), so no process misses one.
+        try:
+            self._run("SELECT nextval(%(sequence)s::regclass)", {"sequence": self._destroyed})
+        except psycopg.errors.UndefinedTable:
+            log.warning("the store lacks %s (bootstrapped by an older release): other processes "
+                        "learn of this erasure only as their caches expire; run `palimpsest "
+                        "init-db`", DESTROYED_SEQUENCE)
+        return destroyed
 
     def ever_made(self, tenant_id: str, kind: str, unit_id: UUID) -> bool:
         return bool(self._run("SELECT 1 FROM {table} WHERE tenant_id = %(tenant)s AND kind = %(kind)s "
@@ -773,7 +806,7 @@ class _Ring:
     def destroy(self, tenant_id: str, key_ids: Iterable[UUID], erasure_id: UUID) -> int:
         ids = list(dict.fromkeys(key_ids))
         self.flush()
-        count = self._table.destroy(check_tenant(tenant_id), ids, erasure_id) if ids else 0
+        count = self._table.destroy(check_tenant(tenant_id), ids, erasure_id)  # of none too: the count moves
         self.forget_cached(ids)
         return count
 
@@ -789,6 +822,11 @@ class _Ring:
         with self._lock:
             self._keys.drop(lambda key_id, _: key_id in ids)
             self._units.drop(lambda _, entry: entry[0].key_id in ids)
+
+    def forget_every_cached(self) -> None:
+        with self._lock:
+            self._keys.drop(lambda *_: True)
+            self._units.drop(lambda *_: True)
 
     def close(self) -> None:
         self._table.close()

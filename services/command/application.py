@@ -1,11 +1,13 @@
 """The command side: an eventsourcing Application whose methods load, make one domain call, save.
 
-Every command runs through :meth:`Palimpsest._execute`, which gives it four properties: its text
+Every command runs through :meth:`Palimpsest._execute`, which gives it five properties: its text
 is checked before anything is computed (DESIGN §4), idempotency by client request id (a receipt
 saved with the command's events), turns on contended aggregates — it saves holding the locks of
 the stored aggregates it changes, so writers hammering one slot take turns instead of losing
 races (``services.command.locks``, decision 0006), and still reloads and decides again when it loses one —
-and store failures reported as retryable errors.
+a decision taken again when an erasure elsewhere destroyed keys since it began (this process's
+cached aggregates were decoded with them; the locks read the count), and store failures
+reported as retryable errors.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextvars import ContextVar
@@ -94,13 +97,17 @@ class BaseApplication(Application[UUID]):
         self.conflict_backoff = conflict_backoff
         self.locks = self._make_locks(lock_connections) if conflict_lock else None
         self.group_commit = GroupCommit(self._record) if group_commit else None
+        #: The count of key destructions this process last dropped its decoded aggregates for.
+        self._destroyed_seen = 0
+        self._destroyed_lock = threading.Lock()
 
     def _make_locks(self, connections: int) -> LocalLocks:
         datastore: Any = getattr(self.recorder, "datastore", None)
         if datastore is None:  # the in-memory store lives in this process
             return LocalLocks()
         timeout = float(self.env.get("POSTGRES_LOCK_TIMEOUT") or 5)
-        return PostgresLocks(dict(datastore.pool.kwargs), connections, timeout)
+        return PostgresLocks(dict(datastore.pool.kwargs), connections, timeout,
+                             schema=self.env.get("POSTGRES_SCHEMA") or None)
 
     def close(self) -> None:
         if self.locks is not None:
@@ -131,6 +138,19 @@ class BaseApplication(Application[UUID]):
             if isinstance(cache, LRUCache):
                 cache.clear()
                 cache.full = False
+
+    def _erased_since(self, seen: int, destroyed: int | None) -> bool:
+        """Whether erasure keys were destroyed (by any process: ``destroyed`` is the count the
+        command's locks read) since a decision that began when this process had seen ``seen``;
+        if so, what this process decoded and the keys it cached are dropped."""
+        if destroyed is None or destroyed <= seen:
+            return False
+        self.forget_decoded()
+        if self.keyring is not None:
+            self.keyring.forget_every_cached()
+        with self._destroyed_lock:
+            self._destroyed_seen = max(self._destroyed_seen, destroyed)
+        return True
 
     def load(self, tenant_id: str, aggregate_id: UUID, cls: type[A], what: str = "card") -> A:
         """The aggregate, if it exists, is a ``cls`` and belongs to ``tenant_id``.
@@ -186,10 +206,13 @@ class BaseApplication(Application[UUID]):
                 if earlier is not None:
                     return earlier
                 now = self.clock()
+                seen = self._destroyed_seen
                 aggregates, answer = decide(now)
                 aggregates = list(aggregates)
                 if turn.take(_existing(aggregates)):
                     continue  # another writer held an aggregate meanwhile: decide again, in turn
+                if self._erased_since(seen, turn.destroyed):
+                    continue  # decided on what an erasure elsewhere forgot: decode it again
                 if command.request_id:
                     aggregates.append(Receipt(
                         tenant_id=tenant_id, request_id=command.request_id, command=name,

@@ -22,6 +22,7 @@ from psycopg import sql
 from pydantic import SecretStr
 
 from infra.keyring import (
+    DESTROYED_SEQUENCE,
     KEY_TABLE,
     KeyRing,
     MasterKeyError,
@@ -181,6 +182,44 @@ def test_keys_destroyed_elsewhere_stay_cached_a_few_seconds_or_until_forgotten(
     assert cached.open_key(tenant, key_id) is None
     threading.Event().wait(0.1)
     assert brief.open_key(tenant, key_id) is None
+
+
+def test_every_destruction_moves_the_count_the_locks_read_and_a_store_without_it_still_erases(
+    rings: Callable[..., PostgresKeyRing], runtime_db: Database, admin_db: Database,
+    scratch_schema: str, caplog: pytest.LogCaptureFixture,
+) -> None:
+    from services.command.locks import PostgresLocks
+
+    tenant, ring = new_tenant(), rings()
+    key_id, _ = ring.data_key(tenant, Unit("card", uuid.uuid4()))
+    ring.flush()
+
+    def read() -> int | None:
+        locks = PostgresLocks({"host": runtime_db.host, "port": runtime_db.port, "dbname": runtime_db.dbname,
+                               "user": runtime_db.user, "password": runtime_db.password},
+                              1, schema=scratch_schema)
+        try:
+            held = locks.acquire([7])
+            assert held is not None
+            locks.release(held.token)
+            return held.destroyed
+        finally:
+            locks.close()
+
+    assert read() == 0
+    assert ring.destroy(tenant, [key_id], uuid.uuid4()) == 1
+    assert read() == 1
+    assert ring.destroy(tenant, [key_id], uuid.uuid4()) == 0  # nothing left: it moves all the same
+    assert read() == 2
+
+    with admin_db.connect(autocommit=True) as conn:  # as an older release bootstrapped it
+        conn.execute(sql.SQL("DROP SEQUENCE {}").format(sql.Identifier(scratch_schema, DESTROYED_SEQUENCE)))
+    other, _ = ring.data_key(tenant, Unit("card", uuid.uuid4()))
+    ring.flush()
+    assert ring.destroy(tenant, [other], uuid.uuid4()) == 1
+    assert ring.open_key(tenant, other) is None
+    assert DESTROYED_SEQUENCE in caplog.text
+    assert read() is None  # the locks work, without the count
 
 
 def test_a_lost_connection_is_made_again(rings: Callable[..., PostgresKeyRing], admin_db: Database) -> None:
