@@ -414,6 +414,9 @@ CREATE INDEX IF NOT EXISTS arbitration_pending ON {s}.arbitration_queue (tenant_
     WHERE decision IS NULL;
 -- Terms are looked up in ``card_terms``: no index on ``cards.terms``.
 DROP INDEX IF EXISTS {s}.cards_terms;
+-- A session's turns before one, the latest first (what ingest shows the model beside a turn).
+CREATE INDEX IF NOT EXISTS ingestions_session ON {s}.ingestions
+    (tenant_id, session_id, said_at DESC, turn_id DESC);
 -- The low-water mark (``projections.lowwater``) checks the log's events against it, by aggregate.
 CREATE INDEX IF NOT EXISTS projection_tracking_originator ON {s}.projection_tracking
     (projection, originator_id)

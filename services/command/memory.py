@@ -205,6 +205,8 @@ class Palimpsest(IngestCommands, ProposalCommands, ErasureCommands, RetentionCom
         def decide(now: datetime):  # type: ignore[no-untyped-def]
             edge = _parse(Edge, command.edge, "edge")
             slot = self.load(tenant_id, slot_id, Slot, "slot")
+            if slot.forgotten:  # its subject or label erased: a write by them opens a slot anew
+                raise CardNotFoundError(f"slot {slot_id} was erased: remember the value anew")
             target = slot.card(command.card_id)
             if slot.cardinality is not Cardinality.SINGLE:  # an item is revised in place
                 _not_erased(target.card_id, target.value)

@@ -11,9 +11,10 @@ side is stateless, a write is in the event store before it is answered, and a re
 
 What a worker keeps to itself: the read-your-writes overlay of search (a client keeping its
 connection stays with one worker, and with its overlay; across connections ``min_position`` is the
-guarantee), the route breakers, its caches and its Prometheus counters (``/metrics`` answers for
-the worker that took the request). MCP runs stateless (each request stands alone) and the console's
-session key is the serving process's, so neither depends on which worker answers.
+guarantee), the route breakers and its caches. ``/metrics`` shows the breakers of the worker that
+took the scrape and the latency histograms of every worker, summed
+(``services.entrypoints.metrics``). MCP runs stateless (each request stands alone) and the
+console's session key is the serving process's, so neither depends on which worker answers.
 
 A worker that exits is started again with backoff (:class:`services.entrypoints.children.Child`);
 a stop of ``serve`` stops every worker, requests under way finishing within the HTTP grace.
@@ -25,7 +26,9 @@ import contextlib
 import logging
 import os
 import select
+import shutil
 import socket
+import tempfile
 import threading
 import time
 
@@ -55,6 +58,10 @@ class ApiWorkers:
         args = ["--fd", str(fd), *([] if mcp else ["--no-mcp"])]
         self.workers = [Child(settings, None, None, "api-worker", f"HTTP worker {i + 1}",
                               max_backoff=10.0, args=args, pass_fds=[fd]) for i in range(count)]
+        #: The workers' metric files (``services.entrypoints.metrics``), for this start only.
+        self.metrics_dir = tempfile.mkdtemp(prefix="palimpsest-metrics-")
+        for worker in self.workers:
+            worker.env["PROMETHEUS_MULTIPROC_DIR"] = self.metrics_dir
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -114,6 +121,7 @@ class ApiWorkers:
             worker.stop(timeout)
         with contextlib.suppress(OSError):
             self.sock.close()
+        shutil.rmtree(self.metrics_dir, ignore_errors=True)
 
 
 def above_stdio(fd: int) -> int:

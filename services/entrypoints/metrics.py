@@ -1,20 +1,25 @@
 """``/metrics``: request latency per endpoint, each retrieval route's latency and breaker state,
 projector lag and parked events, in Prometheus' text format (``prometheus_client``).
 
-Latencies are histograms this process fills; the rest is read when scraped: the breakers from the
-retriever, the log head, lag and parked events from the projection's bookkeeping
-(``projections.status.read_status``).
+Latencies are histograms; the rest is read when scraped: the breakers from the retriever, the log
+head, lag and parked events from the projection's bookkeeping (``projections.status.read_status``).
+Under ``serve``'s HTTP workers the histograms are prometheus_client's multiprocess kind: each
+worker writes its own file in the folder ``PROMETHEUS_MULTIPROC_DIR`` names (``serve`` makes one
+per start) and a scrape, whichever worker takes it, sums every worker's, a worker restarted
+included; the breakers are the scraped worker's.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from services.entrypoints import schemas as s
@@ -33,13 +38,17 @@ class ApiMetrics:
 
     def __init__(self, services: Services) -> None:
         self.registry = CollectorRegistry()
+        shared = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if shared:  # the histograms live in the folder's files, read by the collector
+            MultiProcessCollector(self.registry, path=shared)
+        own = None if shared else self.registry
         self.requests = Histogram(
             "palimpsest_http_request_seconds", "HTTP request latency per endpoint.",
-            ["method", "endpoint", "status"], registry=self.registry,
+            ["method", "endpoint", "status"], registry=own,
             buckets=(0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
         self.routes = Histogram(
             "palimpsest_retrieval_route_seconds", "Latency of each retrieval route in a search.",
-            ["route"], registry=self.registry,
+            ["route"], registry=own,
             buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.15, 0.25, 0.5, 1))
         self.registry.register(_Live(services))
 

@@ -1,8 +1,8 @@
 """``palimpsest serve --workers 2``: two HTTP worker processes share the socket serve bound. Both
-take connections; a write answered by one is read through the other with ``min_position``; a
-console session made by one is good on the other; MCP answers across them; a worker killed is
-started again while the other goes on answering, and no write it acknowledged is lost; SIGTERM
-stops them all in time."""
+take connections; ``/metrics`` counts what both answered; a write answered by one is read through
+the other with ``min_position``; a console session made by one is good on the other; MCP answers
+across them; a worker killed is started again while the other goes on answering, and no write it
+acknowledged is lost; SIGTERM stops them all in time."""
 
 from __future__ import annotations
 
@@ -78,6 +78,32 @@ def test_both_workers_take_connections(two: tuple[Served, dict[str, str]]) -> No
         if len(seen) == 2:
             break
     assert seen == {w.pid for w in workers(served)}
+
+
+def health_checks_counted(url: str) -> float:
+    """``GET /health`` answered 200, as ``/metrics`` counts them, over a new connection."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with httpx.Client(timeout=10) as client:
+        text = client.get(url + "/metrics").raise_for_status().text
+    for family in text_string_to_metric_families(text):
+        if family.name == "palimpsest_http_request_seconds":
+            return sum(sample.value for sample in family.samples
+                       if sample.name.endswith("_count") and sample.labels.get("endpoint") == "/health"
+                       and sample.labels.get("status") == "200")
+    return 0.0
+
+
+def test_metrics_sum_the_requests_every_worker_answered(two: tuple[Served, dict[str, str]]) -> None:
+    served, started = two
+    before = max(health_checks_counted(started["url"]) for _ in range(4))
+    seen: set[int] = set()
+    for _ in range(40):  # one /health each, over connections the workers share out
+        with httpx.Client(timeout=10) as client:
+            seen.add(answered_by(served, client, started["url"]))
+    assert len(seen) == 2
+    after = [health_checks_counted(started["url"]) for _ in range(6)]  # whichever worker answers
+    assert min(after) >= before + 40
 
 
 def test_a_write_is_read_through_another_connection_with_its_position(

@@ -3,7 +3,7 @@
 as two HTTP workers of ``serve`` are. The second has a card or a slot cached from before the
 first erased it; what it decides next is decided again on what the store holds now, so no erased
 text is copied into a new event under a live key, and a write to an erased slot opens the next
-generation, as in the process that erased it."""
+generation, as in the process that erased it; a card of an erased slot is revised in none."""
 
 from __future__ import annotations
 
@@ -12,8 +12,9 @@ from uuid import UUID
 
 import pytest
 
+from domain.errors import CardNotFoundError
 from infra.settings import Settings
-from services.command.commands import Erase, Merge, Remember, Verify
+from services.command.commands import Erase, Merge, Remember, Revise, Verify
 from services.command.memory import Palimpsest
 from services.factory import create_app
 from tests.support import Clock, all_events, new_tenant, state
@@ -114,3 +115,19 @@ def test_the_count_of_destructions_moves_with_each_erasure_even_one_with_nothing
     eraser.erase(tenant, Erase(unit="card", card_id=card))  # nothing live is left
     assert after_first is not None and after_first > before
     assert (count() or 0) > after_first
+
+
+def test_a_card_of_an_erased_slot_is_not_revised_in_any_process(
+        processes: Callable[[], Palimpsest]) -> None:
+    eraser, other = processes(), processes()
+    tenant = new_tenant()
+    first = eraser.remember(tenant, state("piano teacher", "erasedname74", subject="Wren"))
+    assert first.aggregate_id is not None and first.card_id is not None
+    other.verify(tenant, first.aggregate_id, Verify())  # cached here too
+
+    eraser.erase(tenant, Erase(unit="slot", subject="Wren", label="piano teacher"))
+    for app in (eraser, other):
+        with pytest.raises(CardNotFoundError, match="erased"):
+            app.revise(tenant, first.aggregate_id,
+                       Revise(card_id=first.card_id, content="newname75"))
+    assert "newname75" not in decoded(processes(), tenant)
