@@ -2,7 +2,7 @@
 
     .venv/bin/python -m tests.benchmarks.bench_scale [--writes 2000] [--clients 8]
         [--read-seconds 10] [--cards 10000] [--queries 100] [--events 10000] [--tenants 40]
-        [--only api|projector] [--json]
+        [--turns 1000] [--only api|projector|ingest] [--json]
 
 - **API processes.** ``palimpsest serve --workers 1`` on the embedded default (its PostgreSQL,
   broker, relay and projector), and a second ``palimpsest serve --workers 1 --no-pipeline`` on the
@@ -19,11 +19,19 @@
   follows Kafka, and some seconds more for the rebalances): events/s from the first applied event
   to the last.
 
+- **Extraction workers.** ``palimpsest serve --workers 1`` with a scripted model answering at once
+  (``tests.fakes.openai_server``, as ``bench_ingest`` scripts it) extracts ``--turns`` turns of 16
+  tenants (the ingest topic is keyed by tenant) with its one worker; then a second worker
+  (``palimpsest ingest-worker`` on the same data folder) joins the group, and once it has applied
+  a turn (it holds partitions) the same number of new turns is extracted by both: turns/s from the
+  first turn stored to the last one applied.
+
 Figures print beside their one-process baseline; ``--json`` prints one JSON object last:
 ``{"api": {"1": writes/s, "2": writes/s}, "api_reads": {"1": searches/s, "2": searches/s},
-"projector": {"1": events/s, "2": events/s}}``. Goals: 2 API processes ≥ 1.5× one, 2 projectors
-≥ 1.6× one. On two cores every process shares them with PostgreSQL: the figures say how much a
-second process buys here, not on a machine with cores to spare.
+"projector": {"1": events/s, "2": events/s}, "ingest": {"1": turns/s, "2": turns/s}}``. Goals: 2
+API processes ≥ 1.5× one, 2 projectors ≥ 1.6× one. On two cores every process shares them with
+PostgreSQL: the figures say how much a second process buys here, not on a machine with cores to
+spare.
 """
 
 from __future__ import annotations
@@ -31,12 +39,15 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import random
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +55,13 @@ from palimpsest_client import Client
 from psycopg import sql
 
 from infra.broker import EmbeddedBroker, ensure_topic
+from infra.embedded_pg import release_embedded
 from infra.postgres import admin_database, stop_embedded
 from infra.relay import Relay
 from infra.settings import Settings
 from services.factory import create_app
 from tests.benchmarks.bench_api import (
+    LIFTED,
     Server,
     card,
     in_threads,
@@ -242,6 +255,108 @@ def projector_scale(folder: Path, args: argparse.Namespace) -> dict[str, dict[st
     return {"projector": rates}
 
 
+# --- extraction workers -----------------------------------------------------------------------
+
+#: Tenants the turns are spread over (the ingest topic is keyed by tenant: one tenant alone
+#: would keep a second worker idle), each with sessions of its own.
+INGEST_TENANTS = 16
+INGEST_SESSIONS = 2
+
+
+def ingest_turns(app: Any, phase: str, count: int, offset: int, said: dict[str, Any]) -> None:
+    """``count`` turns of the scripted conversations over the tenants, 50 a save, stored as the
+    REST ingest call stores them."""
+    from services.command.commands import IngestTurn
+    from tests.benchmarks.bench_ingest import script
+
+    rng, at = random.Random(offset), datetime.now(UTC) - timedelta(hours=1)
+    turns: dict[str, list[IngestTurn]] = {}
+    for i in range(offset, offset + count):
+        tenant = f"t-scale-{i % INGEST_TENANTS}"
+        text = script(rng, i)
+        said[text] = at
+        turns.setdefault(tenant, []).append(IngestTurn(
+            session_id=f"{phase}-{(i // INGEST_TENANTS) % INGEST_SESSIONS}", turn_id=str(i),
+            role="user", text=text, said_at=at, timezone="Asia/Taipei"))
+    for tenant, own in turns.items():
+        for start in range(0, len(own), 50):
+            app.ingest_turns(tenant, own[start:start + 50])
+
+
+def applied_turns(settings: Settings, phase: str) -> int:
+    query = sql.SQL("SELECT count(*) FROM {}.ingestions WHERE session_id LIKE %s "
+                    "AND status = 'applied'").format(sql.Identifier(settings.read_schema))
+    with admin_database(settings).connect(autocommit=True) as conn:
+        return int((conn.execute(query, (phase + "-%",)).fetchone() or (0,))[0])
+
+
+def extraction_rate(app: Any, settings: Settings, phase: str, count: int, offset: int,
+                    said: dict[str, Any]) -> float:
+    """Turns/s from the first turn stored to the last one applied (its cards in the read models)."""
+    began = time.perf_counter()
+    ingest_turns(app, phase, count, offset, said)
+    while applied_turns(settings, phase) < count:
+        if time.perf_counter() - began > 900:
+            raise RuntimeError(f"the {phase} turns were not applied within 15 minutes")
+        time.sleep(0.05)
+    return count / (time.perf_counter() - began)
+
+
+def worker_applied(settings: Settings, pid: int) -> bool:
+    """Whether the extraction worker ``pid`` says it applied a turn (it holds partitions)."""
+    query = sql.SQL("SELECT detail FROM {}.heartbeats WHERE role = 'ingest' AND pid = %s").format(
+        sql.Identifier(settings.event_schema))
+    with admin_database(settings).connect(autocommit=True) as conn:
+        row = conn.execute(query, (pid,)).fetchone()
+    return bool(row and row[0] and not row[0].startswith("0 turn"))
+
+
+def ingest_scale(folder: Path, args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """``serve`` with the scripted model (its one extraction worker), then with a second worker
+    (``palimpsest ingest-worker`` on the same data folder) in the group: turns/s each."""
+    from tests.benchmarks.bench_ingest import responder
+    from tests.fakes.openai_server import FakeOpenAIServer
+
+    folder.mkdir(parents=True, exist_ok=True)
+    said: dict[str, Any] = {}
+    rates: dict[str, float] = {}
+    with FakeOpenAIServer() as llm:
+        llm.responder = responder(said)
+        model = {"PALIMPSEST_LLM_BASE_URL": llm.base_url, "PALIMPSEST_LLM_MODEL": "scripted",
+                 "PALIMPSEST_CONSOLIDATION_ENABLED": "false"}
+        server = start_server(folder, folder / "serve.log", extra=model, args=("--workers", "1"))
+        extra: subprocess.Popen[bytes] | None = None
+        settings = Settings(data_dir=folder / "data", auto_bootstrap=False)
+        app = create_app(settings)
+        try:
+            extraction_rate(app, settings, "warm1", INGEST_TENANTS, 0, said)
+            rates["1"] = round(extraction_rate(app, settings, "one", args.turns, 10_000, said), 1)
+            print(f"extraction workers ×1         {rates['1']:>8,.1f} turns/s  ({args.turns} turns, "
+                  f"{INGEST_TENANTS} tenants)", flush=True)
+            env = {**os.environ, **model, "PALIMPSEST_DATA_DIR": str(folder / "data"), **LIFTED}
+            env.pop("PALIMPSEST_DATABASE_URL", None)
+            extra = subprocess.Popen(
+                [sys.executable, "-m", "services.entrypoints.cli", "ingest-worker"], env=env,
+                cwd=folder, stdout=subprocess.DEVNULL, stderr=(folder / "ingest-2.log").open("w"))
+            deadline, n = time.monotonic() + 300, 0
+            while not worker_applied(settings, extra.pid):  # the group shares the partitions
+                if time.monotonic() > deadline or extra.poll() is not None:
+                    raise RuntimeError((folder / "ingest-2.log").read_text()[-2000:])
+                n += 1
+                extraction_rate(app, settings, f"warm2x{n}", INGEST_TENANTS, 1_000 * n, said)
+            rates["2"] = round(extraction_rate(app, settings, "two", args.turns, 100_000, said), 1)
+            print(f"extraction workers ×2         {rates['2']:>8,.1f} turns/s", flush=True)
+            print(f"extraction workers, 2 ÷ 1     {ratio(rates):>9}", flush=True)
+        finally:
+            app.close()
+            if extra is not None:
+                extra.terminate()
+                extra.wait(timeout=30)
+            stop_server(server)
+            release_embedded(folder / "data")
+    return {"ingest": rates}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--writes", type=int, default=2_000)
@@ -252,7 +367,9 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--tenants", type=int, default=40)
-    parser.add_argument("--only", choices=("api", "projector"))
+    parser.add_argument("--turns", type=int, default=1_000, help="turns a figure of the "
+                        "extraction workers extracts")
+    parser.add_argument("--only", choices=("api", "projector", "ingest"))
     parser.add_argument("--keep", action="store_true", help="keep the data folders")
     parser.add_argument("--json", action="store_true",
                         help="progress to stderr; one JSON object on stdout, last")
@@ -265,6 +382,8 @@ def main() -> None:
                 found.update(api_scale(folder / "api", args))
             if args.only in (None, "projector"):
                 found.update(projector_scale(folder / "projector", args))
+            if args.only in (None, "ingest"):
+                found.update(ingest_scale(folder / "ingest", args))
     finally:
         if not args.keep:
             shutil.rmtree(folder, ignore_errors=True)
