@@ -103,7 +103,7 @@ def release_embedded(data_dir: Path) -> None:
 def stop_embedded(data_dir: Path, wait: float = 10.0) -> bool:
     """Leave the embedded server of ``data_dir`` and stop it, even if another process is still in
     it, and wait up to ``wait`` seconds for it to exit. False when none was running."""
-    import pgserver
+    import pgserver.postgres_server as pgs
     import psutil
 
     pg = Path(data_dir).resolve() / "pg"
@@ -111,11 +111,14 @@ def stop_embedded(data_dir: Path, wait: float = 10.0) -> bool:
     if not pid_file.exists():
         return False
     drop_dead_handles(pg)
-    pgserver.get_server(pg).cleanup()  # this process's handle: stops it if it was the last one
+    server = pgs.PostgresServer._instances.get(pg)
+    if server is not None:  # this process's handle: stops it if it was the last one
+        server.cleanup()
     with contextlib.suppress(OSError, ValueError, psutil.Error):  # unless that stopped it already
         postmaster = psutil.Process(int(pid_file.read_text().split("\n", 1)[0]))
-        postmaster.send_signal(signal.SIGINT)
-        postmaster.wait(wait)
+        if postmaster.name() == "postgres":  # not a process that took a stale file's pid
+            postmaster.send_signal(signal.SIGINT)  # a server already stopping just goes on
+            postmaster.wait(wait)
     return True
 
 
