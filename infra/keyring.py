@@ -496,8 +496,7 @@ class _PostgresTable(_KeyTable):
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], schema: str) -> None:
         self._connect = connect
         self._table = sql.Identifier(schema, KEY_TABLE)
-        self._destroyed = ".".join('"' + name.replace('"', '""') + '"'
-                                   for name in (schema, DESTROYED_SEQUENCE))
+        self._destroyed = sql.Identifier(schema, DESTROYED_SEQUENCE).as_string(None)
         self._restart()
         _after_fork(self, "_restart")
 
