@@ -31,6 +31,7 @@ import socket
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 from infra.settings import Settings
 from services.entrypoints.children import Child
@@ -59,7 +60,7 @@ class ApiWorkers:
         self.workers = [Child(settings, None, None, "api-worker", f"HTTP worker {i + 1}",
                               max_backoff=10.0, args=args, pass_fds=[fd]) for i in range(count)]
         #: The workers' metric files (``services.entrypoints.metrics``), for this start only.
-        self.metrics_dir = tempfile.mkdtemp(prefix="palimpsest-metrics-")
+        self.metrics_dir = metrics_folder()
         for worker in self.workers:
             worker.env["PROMETHEUS_MULTIPROC_DIR"] = self.metrics_dir
         self._stop = threading.Event()
@@ -122,6 +123,22 @@ class ApiWorkers:
         with contextlib.suppress(OSError):
             self.sock.close()
         shutil.rmtree(self.metrics_dir, ignore_errors=True)
+
+
+#: The metric folders' names: this prefix, then the serving process's pid.
+_METRICS_PREFIX = "palimpsest-metrics-"
+
+
+def metrics_folder() -> str:
+    """A new folder for the workers' metric files, named after this process; the folders of
+    serving processes that died without removing theirs (a SIGKILL) are removed first."""
+    import psutil
+
+    for stale in Path(tempfile.gettempdir()).glob(_METRICS_PREFIX + "*"):
+        pid = stale.name.removeprefix(_METRICS_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not psutil.pid_exists(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{_METRICS_PREFIX}{os.getpid()}-")
 
 
 def above_stdio(fd: int) -> int:
