@@ -57,7 +57,13 @@ def drop_dead_handles(pg: Path) -> list[int]:
     if not handles.exists():
         return []
     with pgs.PostgresServer._lock:
-        pids = pgs.DiskList(handles).get()
+        try:
+            pids = pgs.DiskList(handles).get()
+        except ValueError:  # a process killed while writing it left it cut short
+            log.warning("embedded PostgreSQL in %s: its list of joined processes was unreadable; "
+                        "it is emptied (the server then stops only when asked to)", pg)
+            pgs.DiskList(handles).put([])
+            return []
         live = [pid for pid in pids if _running(pid, psutil)]
         if live != pids:
             pgs.DiskList(handles).put(live)
