@@ -5,7 +5,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: serve demo test docs test-containers bench bench-api bench-scale bench-restart bench-commands bench-ingest bench-sealing bench-erasure bench-ingest-quality bench-retrieval bench-peers bench-latest-first bench-aging bench-faults bench-contention soak typecheck clean
+.PHONY: serve demo test docs test-containers bench bench-api bench-scale bench-restart bench-commands bench-ingest bench-sealing bench-rls bench-erasure bench-ingest-quality bench-retrieval bench-peers bench-latest-first bench-aging bench-conversations bench-faults bench-contention soak typecheck clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -55,6 +55,9 @@ bench-ingest: $(STAMP)
 bench-sealing: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_sealing $(ARGS)
 
+bench-rls: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.bench_rls $(ARGS)
+
 bench-erasure: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_erasure $(ARGS)
 
@@ -74,6 +77,9 @@ bench-latest-first: $(STAMP)
 
 bench-aging: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.aging
+
+bench-conversations: $(STAMP)
+	$(BIN)/python -m tests.benchmarks.conversations $(ARGS)
 
 bench-faults: $(STAMP)
 	$(BIN)/python -m tests.benchmarks.bench_faults

@@ -57,7 +57,7 @@ class ArbitrationCase(TenantAggregate):
         self._check_pending()
         accepted(self.proposals, decision, card_id, by_item=False)  # names one of them, or none
         self._decide(decision=decision.value, decided_by=decided_by, note=note, card_id=card_id,
-                     timestamp=now)
+                     slot_id=self.slot_id, timestamp=now)
 
     def _check_pending(self) -> None:
         if self.decision is not None:
@@ -76,14 +76,22 @@ class ArbitrationCase(TenantAggregate):
         note: str
         #: The proposal the decision named (``accept_new``), if any.
         card_id: UUID | None
-        class_version = 2
+        #: The case's slot, whose key seals the note (``infra.sealing``); None: decided before
+        #: the event named it (its note is under the case's own key).
+        slot_id: UUID | None
+        class_version = 3
 
         @staticmethod
         def upcast_v1_v2(state: dict[str, Any]) -> None:
             state["card_id"] = None  # decided before a case could hold several proposals
 
+        @staticmethod
+        def upcast_v2_v3(state: dict[str, Any]) -> None:
+            state["slot_id"] = None  # decided before the note was sealed under the slot's key
+
     @event(Decided)
     def _decide(
-        self, decision: str, decided_by: str, note: str, card_id: UUID | None, timestamp: datetime,
+        self, decision: str, decided_by: str, note: str, card_id: UUID | None,
+        slot_id: UUID | None, timestamp: datetime,
     ) -> None:
         self.decision = Decision(decision)

@@ -46,7 +46,14 @@ class IngestStatus(StrEnum):
     EXTRACTED = "extracted"
     APPLIED = "applied"
     DEAD_LETTER = "dead_letter"
+    #: An erasure took the turn: its extraction writes nothing. The read model's word (the
+    #: erasure's projection sets it); the aggregate, unreadable, stays where the erasure found it.
+    ERASED = "erased"
 
+
+#: The subject a turn without a ``speaker`` speaks as: the user the memory is of (extraction's
+#: ``user``). Its turns are that subject's, as a named speaker's are theirs, for an erasure too.
+UNNAMED_SPEAKER = "user"
 
 #: Names ZoneInfo may resolve on some machines that are no user's zone.
 _NOT_A_USER_ZONE = frozenset({"localtime", "posixrules"})
@@ -139,6 +146,11 @@ class Ingestion(TenantAggregate):
         self.attempts = 0
         self.error: str | None = None
         self.card_ids: tuple[str, ...] = ()
+
+    @property
+    def subject(self) -> str:
+        """Whose words the turn holds: its speaker, or :data:`UNNAMED_SPEAKER`."""
+        return self.speaker or UNNAMED_SPEAKER
 
     @property
     def status(self) -> IngestStatus:

@@ -10,16 +10,14 @@ queued write joins it as one more proposal, and one decision settles them all (d
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import Enum
-from itertools import count
 from uuid import UUID
 
 from eventsourcing.domain import event
 
-from domain.base import TenantAggregate, derived_id
+from domain.base import TenantAggregate, derived_id, keyed_id
 from domain.cards import StateCard, same_value
 from domain.erased import is_erased
 from domain.errors import (
@@ -81,18 +79,30 @@ def _span(card: StateCard) -> Span:
 
 class Slot(TenantAggregate):
     @staticmethod
-    def create_id(tenant_id: str, scope: Scope, subject: str, label: str, generation: int = 0
-                  ) -> UUID:
-        """The slot of ``(tenant, scope, subject, label)``. A slot whose subject and label were
-        erased stays forgotten (its key is gone): the next write to the same subject and label
-        opens the next ``generation``, a slot of its own, with nothing of the old one's history."""
-        return derived_id("slot", tenant_id, scope.key, subject, label,
-                          *((generation,) if generation else ()))
+    def create_id(key: bytes | None, tenant_id: str, scope: Scope, subject: str, label: str,
+                  generation: int = 0) -> UUID:
+        """The slot of ``(tenant, scope, subject, label)``: a keyed hash under ``key``, a secret
+        the tenant's data key derives (``services.command.keyed_ids``), so a reader of the log
+        or of a dump cannot confirm a guessed subject and label against it, and a tenant's
+        erasure takes the means of computing it. ``None`` (a store that seals nothing: its
+        events hold subject and label in clear anyway) gives the unkeyed :meth:`legacy_id`.
+
+        A slot whose subject and label were erased stays forgotten (its key is gone): the next
+        write to the same subject and label opens the next ``generation``, a slot of its own,
+        with nothing of the old one's history."""
+        if key is None:
+            return Slot.legacy_id(tenant_id, scope, subject, label, generation)
+        return keyed_id(key, "slot", tenant_id, scope.key, subject, label,
+                        *((generation,) if generation else ()))
 
     @staticmethod
-    def generations(tenant_id: str, scope: Scope, subject: str, label: str) -> Iterator[UUID]:
-        """The ids of the generations of a slot, oldest first, without end."""
-        return (Slot.create_id(tenant_id, scope, subject, label, n) for n in count())
+    def legacy_id(tenant_id: str, scope: Scope, subject: str, label: str, generation: int = 0
+                  ) -> UUID:
+        """The unkeyed id slots had before ids were keyed (a UUIDv5 of the same parts): anyone
+        can compute it. A store written then keeps its slots under it (the log is append-only);
+        lookups fall back to it (``services.command.keyed_ids.slot_generations``)."""
+        return derived_id("slot", tenant_id, scope.key, subject, label,
+                          *((generation,) if generation else ()))
 
     @property
     def forgotten(self) -> bool:

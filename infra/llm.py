@@ -140,7 +140,8 @@ class OpenAIChatModel:
         named = bool(_REFUSAL.search(str(refusal)))
         if named:
             self._schema_ok = False
-        log.warning("%s refused structured output by schema (%s); using JSON mode", self._where, refusal)
+        log.warning("%s refused structured output by schema (status %s); using JSON mode", self._where,
+                    refusal.status_code)
         answer = self._complete(schema_prompt(system, schema), user, {"type": "json_object"})
         self._schema_ok = False
         return answer, "json_object"

@@ -1,7 +1,10 @@
 """PostgreSQL: the embedded server, the administrator's bootstrap, and the runtime role.
 
 The runtime role may read and append events. It cannot update, delete or truncate them: it is not
-granted those privileges, and triggers refuse them for every role, the owner included.
+granted those privileges, and triggers refuse them for every role, the owner included. The HTTP
+role may do the same within one tenant: row-level security with FORCE confines it to the tenant
+its connection or transaction set, on every table it can read (:mod:`infra.tenant_policies`,
+decision 0018); a key is found by its secret's hash through a function, before any tenant is known.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from infra.embedded_pg import start_server, stop_embedded  # noqa: F401 - stop_e
 from infra.pgvector_build import cpu_flags, native_build_installed
 from infra.settings import Settings
 from projections.schema import create_read_schema
+from projections.search_ops import has_classes
 from projections.vector_index import Kind
 
 log = logging.getLogger(__name__)
@@ -29,6 +33,8 @@ log = logging.getLogger(__name__)
 EVENTS_TABLE = "palimpsest_events"
 #: API keys (``services.keys``): looked up by the hash of their secret, before any tenant is known.
 KEYS_TABLE = "api_keys"
+#: Console sessions signed out (``services.keys``): refused until their seal expires, then pruned.
+SESSIONS_ENDED_TABLE = "console_sessions_ended"
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,12 @@ def runtime_database(admin: Database, settings: Settings) -> Database:
     return admin.as_role(settings.runtime_role, password)
 
 
+def http_database(admin: Database, settings: Settings) -> Database:
+    """The HTTP processes' role: it reads and writes the request's tenant only (decision 0018)."""
+    secret = settings.http_password
+    return admin.as_role(settings.http_role, secret.get_secret_value() if secret else None)
+
+
 def projector_database(admin: Database, settings: Settings) -> Database:
     secret = settings.projector_password
     return admin.as_role(settings.projector_role, secret.get_secret_value() if secret else None)
@@ -183,28 +195,50 @@ CREATE TABLE IF NOT EXISTS {schema}.{keys} (
 REVOKE ALL ON {schema}.{keys} FROM {role};
 GRANT SELECT, INSERT ON {schema}.{keys} TO {role};
 GRANT UPDATE (revoked_at) ON {schema}.{keys} TO {role};
+CREATE TABLE IF NOT EXISTS {schema}.{ended} (
+    session_id text PRIMARY KEY,
+    tenant_id text NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS console_sessions_ended_expiry ON {schema}.{ended} (expires_at);
+REVOKE ALL ON {schema}.{ended} FROM {role};
+GRANT SELECT, INSERT, DELETE ON {schema}.{ended} TO {role};
 """
 
 
-#: Operators the search routes filter with. PostgreSQL evaluates a non-LEAKPROOF condition only
-#: after the row-level security check, so it cannot drive an index scan: without the mark the
-#: GIN indexes on terms, bigrams and trigrams are never used for the runtime role and every
-#: query scans the tenant's cards. None of these raises an error that depends on a row's data.
-LEAKPROOF = ("pg_catalog.arrayoverlap(anyarray, anyarray)", "pg_catalog.arraycontains(anyarray, anyarray)",
-             "word_similarity_op(text, text)",
-             "word_similarity_commutator_op(text, text)")
+#: The functions an earlier bootstrap marked LEAKPROOF for the whole database, so that the search
+#: routes' conditions could drive the GIN indexes under row-level security. The read schema's own
+#: operators do that now (:mod:`projections.search_ops`); PostgreSQL and pg_trgm ship these unmarked.
+EARLIER_MARKING = ("pg_catalog.arrayoverlap(anyarray, anyarray)",
+                   "pg_catalog.arraycontains(anyarray, anyarray)",
+                   "{trgm}.word_similarity_op(text, text)",
+                   "{trgm}.word_similarity_commutator_op(text, text)")
 
 
-def mark_leakproof(conn: psycopg.Connection[Any]) -> bool:
-    """Mark :data:`LEAKPROOF` (needs a superuser); False, with a warning, where not allowed."""
+def unmark_leakproof(conn: psycopg.Connection[Any]) -> bool:
+    """Revert the earlier bootstrap's database-wide LEAKPROOF marking (:data:`EARLIER_MARKING`),
+    where it is there whole: run once, when the read schema first gets its own operator classes
+    (the caller's test), so that a marking an administrator makes afterwards is left alone; a
+    part of the set marked is not this project's doing and is left too. True if it reverted."""
+    row = conn.execute("SELECT extnamespace::regnamespace::text FROM pg_extension "
+                       "WHERE extname = 'pg_trgm'").fetchone()
+    if row is None:
+        return False
+    functions = [f.format(trgm=row[0]) for f in EARLIER_MARKING]
+    marked = conn.execute("SELECT count(*) FROM unnest(%s::text[]) AS f "
+                          "JOIN pg_proc p ON p.oid = f::regprocedure WHERE p.proleakproof",
+                          (functions,)).fetchone()
+    if marked is None or marked[0] != len(functions):
+        return False
     try:
         with conn.transaction():
-            for function in LEAKPROOF:
-                conn.execute(f"ALTER FUNCTION {function} LEAKPROOF")
+            for function in functions:
+                conn.execute(f"ALTER FUNCTION {function} NOT LEAKPROOF")
     except psycopg.errors.InsufficientPrivilege:
-        log.warning("not a superuser: the search routes' GIN indexes stay unused under row-level "
-                    "security; a superuser can run ALTER FUNCTION … LEAKPROOF for %s", ", ".join(LEAKPROOF))
+        log.warning("not a superuser: the LEAKPROOF marking an earlier init-db made on %s stays; "
+                    "a superuser can run ALTER FUNCTION … NOT LEAKPROOF", ", ".join(functions))
         return False
+    log.info("reverted the earlier database-wide LEAKPROOF marking of %s", ", ".join(functions))
     return True
 
 
@@ -225,11 +259,13 @@ def _bootstrap(admin: Database, settings: Settings, schema: str) -> None:
     from infra.keyring import ensure_key_table
     from infra.locale_check import check_cjk_support
     from infra.relay import ensure_relay_table
+    from infra.tenant_policies import EVENT_TENANT, isolate_tenants, readers
 
     with admin.connect(autocommit=True) as conn:
         conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
         _ensure_role(conn, settings.runtime_role, settings.runtime_password)
         _ensure_role(conn, settings.projector_role, settings.projector_password)
+        _ensure_role(conn, settings.http_role, settings.http_password)
     datastore = PostgresDatastore(
         dbname=admin.dbname, host=admin.host, port=str(admin.port), user=admin.user,
         password=admin.password or "", schema=schema, pool_size=1,
@@ -244,20 +280,27 @@ def _bootstrap(admin: Database, settings: Settings, schema: str) -> None:
     }
     with admin.connect(autocommit=True) as conn:
         conn.execute(sql.SQL(_APPEND_ONLY).format(**names))
-        conn.execute(sql.SQL(_GRANTS).format(**names))
-        conn.execute(sql.SQL(_KEYS).format(keys=sql.Identifier(KEYS_TABLE), **names))
-        ensure_key_table(conn, schema, settings.runtime_role)
+        conn.execute(sql.SQL(EVENT_TENANT).format(**names))
+        for role in (settings.runtime_role, settings.http_role):
+            as_role = {**names, "role": sql.Identifier(role)}
+            conn.execute(sql.SQL(_GRANTS).format(**as_role))
+            conn.execute(sql.SQL(_KEYS).format(keys=sql.Identifier(KEYS_TABLE),
+                                               ended=sql.Identifier(SESSIONS_ENDED_TABLE), **as_role))
+            ensure_key_table(conn, schema, role)
         conn.execute(sql.SQL(_PROJECTOR_GRANTS).format(
             projector=sql.Identifier(settings.projector_role), **names))
         ensure_cache_table(conn, schema, settings.embedding_dimensions,
-                           grant_to=[settings.runtime_role, settings.projector_role],
+                           grant_to=[settings.runtime_role, settings.projector_role, settings.http_role],
                            purge_by=settings.projector_role)
-        create_read_schema(conn, settings.read_schema, reader=settings.runtime_role,
+        isolate_tenants(conn, schema, admin, settings)
+        upgrading = not has_classes(conn, settings.read_schema)
+        create_read_schema(conn, settings.read_schema, reader=readers(settings),
                            writer=settings.projector_role, dimensions=settings.embedding_dimensions,
                            vector_index=vector_index_kind(settings))
         check_cjk_support(conn)
         ensure_relay_table(conn, settings, readers=[settings.projector_role])
-        mark_leakproof(conn)
+        if upgrading and has_classes(conn, settings.read_schema):
+            unmark_leakproof(conn)
 
 
 def _ensure_role(conn: psycopg.Connection[Any], name: str, password: SecretStr | None) -> None:

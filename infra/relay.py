@@ -59,6 +59,7 @@ from psycopg import sql
 from domain.ingestion import Ingestion
 from infra.broker import BrokerError, ensure_topic_with
 from infra.heartbeats import Beat
+from infra.redact import traced
 from infra.relay_messages import (  # re-exported: consumers read messages through this module
     MESSAGE_BYTES,
     RelayError,
@@ -437,7 +438,7 @@ class Relay:
             try:
                 self.run_once(timeout)
             except Exception as error:  # an unexpected failure: start over from the stored position
-                log.exception("relay %s: unexpected error", self.name)
+                log.error("relay %s: unexpected error: %s", self.name, traced(error))
                 self._failed(error)
                 self.close()
                 self._state = None

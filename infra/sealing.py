@@ -3,10 +3,12 @@
 The log is append-only, so forgetting cannot edit it (DESIGN §7, decisions 0001 and 0012): the
 personal fields of every event — values, labels, subjects, descriptions, titles, bodies, tags,
 owners, reasons, notes, a turn's text, what extraction made of it — are encrypted before the event
-is stored (AES-GCM), each under the key of the unit that erases it (:mod:`infra.keyring`). The
-structure stays clear: ids, tenant, versions, times, kinds, edges, layers and decisions replay
-every rule on their own, and the relay, the broker and the projector's parking read a stored
-event's tenant and time without a key.
+is stored (AES-GCM), each under the key of the unit that erases it (:mod:`infra.keyring`); a
+turn's key names its speaker and a card written from a turn names the turn (:func:`said_in`), so
+a person's erasure reaches every turn they spoke and what was made of it. The structure stays
+clear: ids, tenant, versions, times, kinds, edges, layers and decisions replay every rule on their
+own, and the relay, the broker and the projector's parking read a stored event's tenant and time
+without a key.
 
 :class:`SealingMapper` is eventsourcing's mapper with one step more each way. On the way in, a
 field named in :data:`PLAN` becomes ``{"_sealed_": "<key id>:<nonce and ciphertext, base64>"}``
@@ -22,6 +24,7 @@ from __future__ import annotations
 import base64
 import os
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from functools import lru_cache, partial
 from typing import Any
@@ -30,12 +33,19 @@ from uuid import UUID
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from eventsourcing.domain import DomainEventProtocol
 from eventsourcing.persistence import EventStore, Mapper, Notification, Recording, StoredEvent, Transcoder
-from eventsourcing.postgres import PostgresApplicationRecorder
+from eventsourcing.postgres import (
+    PostgresAggregateRecorder,
+    PostgresApplicationRecorder,
+    PostgresDatastore,
+)
 from eventsourcing.utils import get_topic
 
 from domain.cards import StateCard
 from domain.erased import ERASED, is_erased
-from infra.keyring import KeyRing, Unit, insert_made_keys, tenant_unit
+from domain.ingestion import UNNAMED_SPEAKER, Ingestion
+from infra.keyring import KeyRing, Unit, erased_refusal, insert_made_keys, tenant_unit
+from infra.tenancy import tenant_datastore
+from infra.tenant_runs import insert_runs, put_runs
 
 SEALED = "_sealed_"
 #: The first byte of a sealed plaintext: a text as UTF-8, or anything else as JSON.
@@ -68,11 +78,24 @@ class Fields:
 
 
 def _card(state: State, originator: UUID) -> Unit:
-    return Unit("card", originator, session=_session(state.get("provenance")))
+    provenance = state.get("provenance")
+    return Unit("card", originator, session=_session(provenance),
+                cards=said_in(str(state["tenant_id"]), provenance))
 
 
 def _session(provenance: Any) -> str | None:
     return getattr(provenance, "session_id", None) if provenance is not None else None
+
+
+def said_in(tenant_id: str, provenance: Any) -> tuple[UUID, ...]:
+    """The ingested turn a card was written from, by its provenance's session and turn: the id of
+    that turn's ``Ingestion``, which the card's key names among its ``cards`` — so the erasure of
+    the turn's speaker, which finds the turn's key, finds the card's too (the turn's own event
+    card, and every card extraction wrote from it), while a card's erasure reaches no card made
+    from it."""
+    session = _session(provenance)
+    turn = getattr(provenance, "turn_id", None) if provenance is not None else None
+    return (Ingestion.create_id(tenant_id, session, turn),) if session and turn else ()
 
 
 def _slot(state: State, originator: UUID) -> Unit:
@@ -88,9 +111,19 @@ def _tenant(state: State, originator: UUID) -> Unit:
 
 
 def _turn(state: State, originator: UUID) -> Unit:
+    """A turn's key: its session, its event card, and — from ``Received``, the one event that
+    names it — its speaker as the subject (a turn without one is :data:`UNNAMED_SPEAKER`'s)."""
     card = state.get("event_card_id")
-    return Unit("turn", originator, session=state.get("session_id"), subject=state.get("speaker"),
+    speaker = (state["speaker"] or UNNAMED_SPEAKER) if "speaker" in state else None
+    return Unit("turn", originator, session=state.get("session_id"), subject=speaker,
                 cards=(card,) if card is not None else ())
+
+
+def _decision(state: State, originator: UUID) -> Unit:
+    """A decision's note is the slot's text (a slot's or its subject's erasure forgets it); one
+    decided before the event named its slot stays under its case's key."""
+    slot_id = state.get("slot_id")
+    return Unit("slot", slot_id, slot_id=slot_id) if slot_id is not None else Unit("case", originator)
 
 
 #: What is sealed, by event topic. An event not named here holds no personal text.
@@ -108,7 +141,7 @@ PLAN: dict[str, Fields] = {
         slot_of=lambda s, o: s["slot_id"]),
     "domain.arbitration:ArbitrationCase.ProposalAdded": Fields(
         cards=("proposal",), slot_of=lambda s, o: None),
-    "domain.arbitration:ArbitrationCase.Decided": Fields(("note",), lambda s, o: Unit("case", o)),
+    "domain.arbitration:ArbitrationCase.Decided": Fields(("note",), _decision),
     "domain.event_card:EventCard.Recorded": Fields(("description", "tags", "perspective"), _card,
                                                    new=True),
     "domain.event_card:EventCard.Corrected": Fields(
@@ -117,8 +150,8 @@ PLAN: dict[str, Fields] = {
     "domain.knowledge:KnowledgeCard.Renamed": Fields(("title", "previous_title", "body", "tags"), _card),
     "domain.knowledge:KnowledgeCard.Absorbed": Fields(("tags",), _card),
     "domain.commitment:Commitment.Opened": Fields(
-        ("description", "owner"), lambda s, o: Unit("card", o, subject=s.get("owner"),
-                                                    session=_session(s.get("provenance"))), new=True),
+        ("description", "owner"), lambda s, o: replace(_card(s, o), subject=s.get("owner")),
+        new=True),
     "domain.commitment:Commitment.Waiting": Fields(("reason",), _card),
     "domain.commitment:Commitment.Resolved": Fields(("resolution",), _card),
     "domain.commitment:Blocker.Raised": Fields(("description",), _card, new=True),
@@ -208,7 +241,8 @@ class _Seal:
         return {SEALED: f"{key_text}:{base64.b64encode(nonce + sealed).decode('ascii')}"}
 
     def card(self, card: StateCard, *, slot_id: UUID | None, new: bool) -> StateCard:
-        unit = Unit("card", card.card_id, slot_id=slot_id, session=card.provenance.session_id)
+        unit = Unit("card", card.card_id, slot_id=slot_id, session=card.provenance.session_id,
+                    cards=said_in(self.tenant_id, card.provenance))
         changes: dict[str, Any] = {name: self.field(unit, name, getattr(card, name), new)
                                    for name in CARD_FIELDS if getattr(card, name) is not None}
         return replace(card, **changes)
@@ -259,11 +293,36 @@ def _key_id(key_text: str) -> UUID:
 class SealedPostgresRecorder(PostgresApplicationRecorder):
     """eventsourcing's PostgreSQL recorder that adds the keys a batch's events are sealed with
     in the transaction that inserts the events: one round trip fewer, and no key without its
-    events nor events without their key."""
+    events nor events without their key. Its connections carry the request's tenant
+    (:func:`infra.tenancy.tenant_datastore`): row-level security sees to the rest."""
+
+    def __init__(self, datastore: PostgresDatastore, **kwargs: Any) -> None:
+        super().__init__(tenant_datastore(datastore), **kwargs)
 
     def _insert_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any) -> None:
         super()._insert_events(curs, stored_events, **kwargs)
-        insert_made_keys(curs, self.datastore.schema, kwargs.get("made_keys") or ())
+        if kwargs.get("tenant_runs") is not None:
+            return  # each run's keys, after its tenant is set (infra.tenant_runs)
+        insert_made_keys(curs, self.datastore.schema, kwargs.get("made_keys") or (),
+                         kwargs.get("used_keys") or ())
+
+    def _insert_stored_events(self, curs: Any, stored_events: Sequence[StoredEvent], **kwargs: Any,
+                              ) -> None:
+        runs = kwargs.get("tenant_runs")
+        if runs is None:
+            super()._insert_stored_events(curs, stored_events, **kwargs)
+            return
+        self._lock_table(curs)
+        self._notify_channel(curs)
+        insert_runs(curs, self.datastore.schema, stored_events, runs,
+                    partial(PostgresAggregateRecorder._insert_stored_events, self))
+
+    def _fetch_ids_after_insert_events(self, curs: Any, stored_events: Sequence[StoredEvent],
+                                       **kwargs: Any) -> Sequence[int] | None:
+        runs = kwargs.get("tenant_runs")
+        if runs is not None:
+            return runs.ids()
+        return super()._fetch_ids_after_insert_events(curs, stored_events, **kwargs)
 
 
 class SealedEventStore(EventStore[UUID]):
@@ -272,19 +331,28 @@ class SealedEventStore(EventStore[UUID]):
 
     def put(self, domain_events: Sequence[DomainEventProtocol[UUID]], **kwargs: Any,
             ) -> list[Recording[UUID]]:
-        stored_events = [self.mapper.to_stored_event(event) for event in domain_events]
         mapper = self.mapper
         ring = mapper.ring if isinstance(mapper, SealingMapper) else None
+        tenants = kwargs.pop("tenant_runs", None)  # a batch of several tenants' requests
+        if tenants is not None and ring is not None and isinstance(self.recorder, SealedPostgresRecorder):
+            return put_runs(self, ring, domain_events, tenants, **kwargs)
+        with ring.sealing() if ring is not None else nullcontext(set()) as used:  # keys still live?
+            stored_events = [self.mapper.to_stored_event(event) for event in domain_events]
         if ring is not None and isinstance(self.recorder, SealedPostgresRecorder):
-            made = ring.take_made()  # stored in the events' own transaction
+            made = ring.take_made(made_for(domain_events))  # stored in the events' own transaction
             try:
-                notification_ids = self.recorder.insert_events(stored_events, made_keys=made, **kwargs)
-            except BaseException:
-                ring.restore_made(made)
+                notification_ids = self.recorder.insert_events(stored_events, made_keys=made,
+                                                               used_keys=used, **kwargs)
+            except BaseException as error:
+                refused = erased_refusal(error)  # a key of an erased unit: refused, dropped
+                ring.restore_made(made, refused)
+                if refused is not None:
+                    raise refused from error
                 raise
         else:
             if ring is not None:
                 ring.flush()
+                ring.check_live(used)
             notification_ids = self.recorder.insert_events(stored_events, **kwargs)
         if not notification_ids:
             return []
@@ -294,6 +362,17 @@ class SealedEventStore(EventStore[UUID]):
                                               topic=stored.topic, state=stored.state))
                 for event, stored, n_id in zip(domain_events, stored_events, notification_ids,
                                                strict=True)]
+
+
+def made_for(domain_events: Sequence[DomainEventProtocol[UUID]]) -> set[str]:
+    """The tenants whose keys sealing ``domain_events`` may have made: their keys, and no other
+    tenant's, are stored in the events' transaction (it writes those tenants' rows only)."""
+    found = set()
+    for event in domain_events:
+        fields = PLAN.get(get_topic(type(event)))
+        if fields is not None:
+            found.add(fields.tenant_of(vars(event)))
+    return found
 
 
 def sealing_mapper(transcoder: Transcoder, ring: KeyRing | None) -> SealingMapper | None:

@@ -135,6 +135,9 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PALIMPSEST_", env_nested_delimiter="__",
                                       extra="ignore")
 
+    #: How much every process of the CLI logs (``DEBUG``, ``INFO``, ``WARNING``, ``ERROR``). Log
+    #: lines name ids, kinds, counts and lengths, never stored text, at every level.
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "WARNING"
     #: ``postgres`` (the default: embedded unless ``database_url`` is set) or ``memory`` (no server).
     persistence: Literal["postgres", "memory"] = "postgres"
     #: Where the embedded PostgreSQL keeps its data.
@@ -150,6 +153,10 @@ class Settings(BaseSettings):
     #: The role projectors run as: reads the log, writes the read models, tenant by tenant.
     projector_role: str = "palimpsest_projector"
     projector_password: SecretStr | None = None
+    #: The role the HTTP processes run as: it reads and writes only the tenant of the request's key
+    #: (row-level security on every table it may read: decision 0018).
+    http_role: str = "palimpsest_http"
+    http_password: SecretStr | None = None
     #: Events per projector transaction (Kafka or the log): each transaction also writes every
     #: tenant's tracking and position, so larger ones cost less per event.
     projector_batch: int = Field(default=2_000, ge=1)
@@ -285,6 +292,9 @@ class Settings(BaseSettings):
     api_max_wait_seconds: float = Field(default=5.0, ge=0.0)
     #: A secret mixed into every stored API key hash (HMAC-SHA-256); unset = plain SHA-256.
     key_pepper: SecretStr | None = None
+    #: A bearer token that may scrape ``/metrics`` besides a key holding ``memory:admin`` (what
+    #: Prometheus is given); unset or blank = only such a key.
+    metrics_token: SecretStr | None = None
     #: The master key that wraps the erasure keys (crypto-shredding, ``infra.keyring``): base64 of
     #: 32 bytes, or 64 hex digits. Unset = ``<data_dir>/master.key``, made (mode 0600) while the
     #: store holds no sealed key. Lose it and every sealed field is lost with it.

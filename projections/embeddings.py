@@ -14,6 +14,11 @@ does not pay twice) and written tenant by tenant, as float32 arrays through pgve
 adapter (:mod:`infra.vectors`). ``card_embeddings.content_hash`` is that key, so an erasure finds
 the cache entries of the texts it forgets. A tombstone (``erased_at`` set) is never embedded; a
 card erased while its vector was being made gets none, and its text's entry leaves the cache.
+The vectors are written under the projector's per-tenant lock, taken shared
+(:data:`LOCK_TENANTS`): an erasure's batch holds it from before its delete of the card's vectors
+to its commit, so the embedder's insert either waits for that commit and then sees the tombstone,
+or commits first and is deleted by it. Without it, an insert that read the card before the
+erasure committed would write a vector the erasure's delete had not seen.
 
 A projector that applied events says so on the schema's channel (a ``pg_notify`` committed with
 its rows: :func:`projections.bookkeeping.channel`); :meth:`EmbeddingProjection.wait` wakes on it,
@@ -35,6 +40,7 @@ from psycopg import sql
 from infra.embedders import CacheKeys, Embedder
 from infra.vectors import VectorTypes
 from projections.bookkeeping import channel
+from projections.cards import NAME
 
 log = logging.getLogger(__name__)
 
@@ -44,11 +50,20 @@ EMBEDDED_TEXT = ("concat_ws(E'\\n', nullif(c.title, ''), CASE WHEN c.label IS NU
                  "ELSE concat(c.subject, ' ', translate(c.label, '_', ' '), ': ', c.content) END)")
 
 
+#: The projector's per-tenant locks (:attr:`projections.bookkeeping.Bookkeeping.lock_tenants`),
+#: shared, in the projector's order (by key), so that the two never wait on each other in a cycle.
+LOCK_TENANTS = (
+    "SELECT count(pg_advisory_xact_lock_shared(k)) FROM (SELECT DISTINCT "
+    "hashtextextended(%s || '/' || t, 0) AS k FROM unnest(%s::text[]) AS t ORDER BY k) s")
+
+
 class EmbeddingProjection:
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], schema: str,
                  embedder: Embedder, keys: CacheKeys | None = None) -> None:
         self.connect = connect
         self.channel = channel(schema)
+        #: The projector's lock name (its projection and schema) whose tenants' locks it shares.
+        self.lock_name = f"{NAME}/{schema}"
         self._listener: psycopg.Connection[Any] | None = None
         self.embedder = embedder
         #: The embedder's own keys when it is the cache (one key for the cache and the row).
@@ -98,6 +113,7 @@ class EmbeddingProjection:
             self.vectors.register(conn)
             gone: dict[str, list[bytes]] = {}
             with conn.transaction():
+                conn.execute(LOCK_TENANTS, (self.lock_name, sorted({row[0] for row in taken})))
                 for tenant_id, group in groupby(taken, key=lambda row: row[0]):
                     conn.execute("SELECT set_config('palimpsest.tenant', %s, true)", (tenant_id,))
                     for _, card_id, queued, version, _, _ in group:
@@ -110,8 +126,13 @@ class EmbeddingProjection:
                                 card_id)).fetchone() is None:  # erased meanwhile
                             gone.setdefault(tenant_id, []).append(digest)
                         conn.execute(self._done, (tenant_id, card_id, queued))
+                self.written(conn)
         self._purge(gone)
         return len(taken)
+
+    def written(self, conn: psycopg.Connection[Any]) -> None:
+        """Called with the vectors written and not yet committed: nothing here; a test makes an
+        erasure race the commit through it."""
 
     def wait(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for a projector to say it applied cards: True when one
@@ -123,7 +144,7 @@ class EmbeddingProjection:
                 self._listener.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self.channel)))
             return any(True for _ in self._listener.notifies(timeout=timeout, stop_after=1))
         except psycopg.Error as error:
-            log.debug("cannot listen on %s: %s", self.channel, error)
+            log.debug("cannot listen on %s: %s", self.channel, type(error).__name__)
             self.close()
             return True
 

@@ -24,6 +24,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
+from infra.redact import described
 from projections.schema import ERASED_TABLES
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,6 @@ def follow_erasures(connect: Callable[..., psycopg.Connection[Any]], schema: str
                 conn.execute(statement)
         except psycopg.Error as error:
             log.warning("after %d erasure(s), the vacuum of the touched tables failed (%s): the "
-                        "dead tuples go at autovacuum's pace", len(erasures), error)
+                        "dead tuples go at autovacuum's pace", len(erasures), described(error))
 
     return follow

@@ -52,6 +52,13 @@ def _rows(projector: Projector, where: str, *params: Any) -> list[dict[str, Any]
         return cur.execute(query, (projector.name, *params)).fetchall()
 
 
+def _named(projector: Projector, notification_id: int, tenant: str | None
+           ) -> list[dict[str, Any]]:
+    """The row parked at ``notification_id``, if it is ``tenant``'s (any tenant's: None)."""
+    rows = _rows(projector, "notification_id = %s AND status = %s", notification_id, PARKED)
+    return [r for r in rows if tenant is None or r["tenant_id"] == tenant]
+
+
 def _first_per_aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each parked aggregate's first parked row, oldest first (a message's row stands alone)."""
     first: dict[Any, dict[str, Any]] = {}
@@ -60,12 +67,15 @@ def _first_per_aggregate(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(first.values(), key=lambda r: r["notification_id"])
 
 
-def retry(projector: Projector, app: Any, notification_id: int | None = None) -> list[Retried]:
+def retry(projector: Projector, app: Any, notification_id: int | None = None,
+          tenant: str | None = None) -> list[Retried]:
     """Apply parked aggregates again from the log: the one parked at ``notification_id`` (and
-    those of its tenant refused after it), or every parked aggregate, oldest first."""
+    those of its tenant refused after it), or every parked aggregate, oldest first. With
+    ``tenant``, the event at ``notification_id`` must be that tenant's (a request of one tenant
+    never reaches another's)."""
     parked = _first_per_aggregate(_rows(projector, "status = %s", PARKED))
     if notification_id is not None:
-        named = _rows(projector, "notification_id = %s AND status = %s", notification_id, PARKED)
+        named = _named(projector, notification_id, tenant)
         if not named:
             raise ParkedEventNotFoundError(f"no parked event at notification {notification_id}")
         first = next(r for r in parked if r["originator_id"] == named[0]["originator_id"])
@@ -90,14 +100,14 @@ def _retry_one(projector: Projector, app: Any, row: dict[str, Any]) -> Retried:
     return Retried(row["originator_id"], row["tenant_id"], applied, bool(still))
 
 
-def skip(projector: Projector, app: Any, notification_id: int, reason: str, decided_by: str
-         ) -> Retried:
-    """Skip the parked event at ``notification_id`` with an audited decision: an event in the log
-    (who, why, and the failure it answers), applied at once. Says how many of its aggregate's
-    later events were then applied, and whether it is still parked."""
+def skip(projector: Projector, app: Any, notification_id: int, reason: str, decided_by: str,
+         tenant: str | None = None) -> Retried:
+    """Skip the parked event at ``notification_id`` (``tenant``'s, when given) with an audited
+    decision: an event in the log (who, why, and the failure it answers), applied at once. Says
+    how many of its aggregate's later events were then applied, and whether it is still parked."""
     if not reason.strip() or not decided_by.strip():
         raise InvalidCommandError("a skip needs a reason and who decided it (--reason, --by)")
-    rows = _rows(projector, "notification_id = %s AND status = %s", notification_id, PARKED)
+    rows = _named(projector, notification_id, tenant)
     if not rows or rows[0]["originator_id"] is None:
         raise ParkedEventNotFoundError(f"no parked event at notification {notification_id}")
     row = rows[0]

@@ -24,6 +24,7 @@ from typing import Any
 
 import faust
 
+from infra.redact import described
 from infra.relay import decode_messages
 from infra.settings import Settings
 from projections.eventlog import Palimpsest
@@ -115,9 +116,9 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
             messages = decode_messages(value)
         except Exception as error:
             projector.record(Failure(Projector.LOG, -1, None, None, None, MESSAGE,
-                                     f"{type(error).__name__}: {error}"[:2000]))
+                                     described(error)))
             log.error("a Kafka message is no relayed event (recorded as notification -1 in "
-                      "projection_failures): %s", error)
+                      "projection_failures): %s", described(error))
             return []
         return [decode(app.mapper, message.to_notification()) for message in messages]
 
@@ -162,7 +163,7 @@ def create_faust_app(settings: Settings, bootstrap: str, app: Palimpsest, projec
         elif isinstance(error, ProjectionError):
             failed(error)
         else:
-            log.error("a projector batch failed: %s", error)
+            log.error("a projector batch failed: %s", described(error))
 
     @worker.agent(topic, name="project")
     async def project(stream: Any) -> None:

@@ -5,8 +5,9 @@ incremental projector and a rebuild apply the same operations: one ``PutRecord``
 received, a ``ChangeRecord`` for each later step. ``updated_at`` is the step's event time,
 ``received_at`` the ``Received`` event's; ``candidates`` counts what the model proposed and was
 admitted, ``rejected`` what was not (its value has no support in the turn);
-``card_ids`` are the cards the candidates became. An erasure of the turn nulls its ``error``,
-``candidates`` and ``rejected`` (a replay after it cannot count what the model proposed).
+``card_ids`` are the cards the candidates became. An erasure of the turn sets its status to
+``erased`` and nulls its ``error``, ``candidates`` and ``rejected`` (a replay after it cannot count
+what the model proposed); an extraction in flight then writes nothing under it.
 """
 
 from __future__ import annotations

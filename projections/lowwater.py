@@ -25,6 +25,7 @@ import psycopg
 from psycopg import sql
 
 from infra.postgres import EVENTS_TABLE, Database
+from infra.redact import described
 from infra.settings import Settings
 from projections.cards import NAME
 
@@ -159,4 +160,4 @@ class LowWaterKeeper:
             try:
                 self.once()
             except psycopg.Error as error:  # the database is away: the next turn tries again
-                log.debug("low-water mark not moved: %s", error)
+                log.debug("low-water mark not moved: %s", described(error))

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
+from infra.redact import described
 from projections.cards import storable
 
 PARKED, RETRIED, SKIPPED = "parked", "retried", "skipped"
@@ -27,7 +28,8 @@ MESSAGE = "message"  # a Kafka message that carries no relayed event (not an eve
 #: The columns a failure fills (the rest: first and last failure time, count, take defaults).
 COLUMNS = ("projection", "tenant_id", "notification_id", "originator_id", "originator_version",
            "topic", "reason", "error", "status", "resolution", "resolved_by", "resolved_at")
-#: Errors are kept to this many characters.
+#: Errors are kept to this many characters. An error names the exception's type and ids, never
+#: its message (:meth:`Failure.of`).
 ERROR_CHARS = 2000
 
 
@@ -54,8 +56,7 @@ def undecodable(notification: Any, error: BaseException) -> Undecodable:
     except Exception:  # noqa: S110 - best effort: what cannot be read stays unknown
         pass
     return Undecodable(notification.originator_id, notification.originator_version,
-                       str(notification.topic), tenant, f"{type(error).__name__}: {error}",
-                       timestamp)
+                       str(notification.topic), tenant, described(error), timestamp)
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,11 @@ class Failure:
     @classmethod
     def of(cls, event: Any, notification_id: int, reason: str, error: BaseException | str
            ) -> Failure:
-        """``event`` (notification ``notification_id``) parked for ``reason``."""
-        text = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+        """``event`` (notification ``notification_id``) parked for ``reason``. An exception is
+        kept as its type and the schema's names (:func:`infra.redact.described`): its message can
+        quote the event's text, which no erasure would reach here; a string is one this package
+        composed of ids."""
+        text = error if isinstance(error, str) else described(error)
         return cls(storable(str(event.tenant_id)), notification_id, event.originator_id,
                    event.originator_version, topic_of(event), reason,
                    storable(text)[:ERROR_CHARS])

@@ -37,6 +37,7 @@ from uuid import UUID
 import psycopg
 
 from domain.errors import PalimpsestError
+from infra.redact import described, traced
 from projections.bookkeeping import Batch, Bookkeeping, channel
 from projections.cards import ERASED, NAME, operations, storable
 from projections.decisions import ProjectionDecisions, Skips, skips
@@ -169,7 +170,8 @@ class Projector:
             return self._apply(batch, retry, pipelined=True)
         except (_Redo, psycopg.DatabaseError) as error:
             log.warning("projection %r: a row was refused or an event failed mid-batch (%s); "
-                        "applying the batch again, a savepoint per event", self.name, error)
+                        "applying the batch again, a savepoint per event", self.name,
+                        error if isinstance(error, _Redo) else described(error))
             return self._apply(batch, retry, pipelined=False)
 
     def retry(self, originator_id: UUID) -> int:
@@ -212,7 +214,8 @@ class Projector:
             self._discard()
             if pipelined and isinstance(error, psycopg.DatabaseError):
                 raise  # to apply_batch, which applies the batch again, a savepoint per event
-            raise ProjectionError(f"projection {self.name!r} failed: {error}") from error
+            raise ProjectionError(f"projection {self.name!r} failed: {described(error)}"
+                                  ) from error
         self._parked(state.recorded)
         self._erased(state.erased)
         return applied
@@ -223,9 +226,9 @@ class Projector:
             return
         try:
             self.on_erased(erasures)
-        except Exception:  # the erasure is in the read models: what follows is best effort
-            log.exception("projection %r: the follow-up of %d erasure(s) failed", self.name,
-                          len(erasures))
+        except Exception as error:  # the erasure is in the read models: the rest is best effort
+            log.error("projection %r: the follow-up of %d erasure(s) failed: %s", self.name,
+                      len(erasures), traced(error))
 
     def _release(self, cur: psycopg.Cursor[Any], originator_id: UUID, state: Batch) -> None:
         """An aggregate un-parked: its parked rows (under each tenant they are under) retried."""
@@ -327,7 +330,7 @@ class Projector:
             except TRANSIENT:
                 raise
             except Exception as error:  # some of its statements may be in the pipeline already
-                raise _Redo(f"notification {notification_id}: {error}") from error
+                raise _Redo(f"notification {notification_id}: {described(error)}") from error
             return None
         try:
             with self.conn.transaction():  # a savepoint: a refused row takes only its event back
@@ -403,7 +406,7 @@ class Projector:
             with self.connect() as conn, conn.transaction():
                 conn.execute(self.sql.set_tenant, (failure.tenant_id,))
                 conn.execute(self.sql.failure, failure.row(self.name))
-        except Exception:  # recording must not hide the original failure
-            log.exception("could not record the failure of notification %s",
-                          failure.notification_id)
+        except Exception as error:  # recording must not hide the original failure
+            log.error("could not record the failure of notification %s: %s",
+                      failure.notification_id, traced(error))
 

@@ -46,6 +46,7 @@ from infra.postgres import (
     projector_database,
     vector_index_kind,
 )
+from infra.redact import described
 from infra.settings import Settings
 from projections.bulk import RowsRefusedError, fold_in_processes, write_rows
 from projections.cards import ERASED, forget
@@ -70,6 +71,7 @@ from projections.schema import (
     index_statements,
     queue_unembedded,
 )
+from projections.search_ops import index_classes
 from projections.status import parked
 from projections.vector_index import Kind, vector_rows
 
@@ -169,11 +171,12 @@ def build_indexes(admin: Database, schema: str, vector_index: Kind, words: bool,
     is sized to the vectors copied."""
     with admin.connect(autocommit=True) as conn:
         vectors = vector_rows(conn, schema) if vector_index == "ivfflat" else 0
+        classes = index_classes(conn, schema)
     left: queue.SimpleQueue[Callable[[Any], Any]] = queue.SimpleQueue()
     for part in range(connections if words else 0):
         share = (part, connections) if connections > 1 else None
         left.put(partial(fill_words, schema=schema, share=share))
-    for statement in index_statements(schema, vector_index, vectors):
+    for statement in index_statements(schema, vector_index, vectors, classes):
         left.put(partial(_execute, statement))
 
     def build() -> None:
@@ -201,7 +204,7 @@ def fresh_schema(settings: Settings, admin: Database, schema: str) -> None:
     """``schema`` dropped and made again, with only the keys of its tables."""
     with admin.connect(autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
-        create_read_schema(conn, schema, reader=settings.runtime_role,
+        create_read_schema(conn, schema, reader=(settings.runtime_role, settings.http_role),
                            writer=settings.projector_role, dimensions=settings.embedding_dimensions,
                            indexes=False)
 
@@ -227,7 +230,8 @@ def rebuild(settings: Settings, app: Palimpsest, *, known_at: datetime | None = 
     try:
         return _rebuild(settings, app, admin, target, known_at, into, progress, workers)
     except psycopg.Error as error:  # said in a sentence, not a traceback
-        raise ProjectionError(f"the rebuild into {target} failed: {error}") from error
+        raise ProjectionError(f"the rebuild into {target} failed: {described(error)}"
+                              ) from error
     finally:
         lease.release()
 
@@ -247,7 +251,7 @@ def _rebuild(settings: Settings, app: Palimpsest, admin: Database, target: str,
         if isinstance(error, TRANSIENT):
             raise
         log.warning("rebuild: the database refused a row the fold made (%s); projecting the log "
-                    "into %s through the incremental projector instead", error, target)
+                    "into %s through the incremental projector instead", described(error), target)
         rows, count = project_into(settings, app, admin, target, head, known_at, progress)
         build_indexes(admin, target, vector_index, words=True, connections=workers)
         projected = True

@@ -8,16 +8,19 @@ another tenant's card cannot be stored.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from projections.search_ops import STOCK_CLASSES, create_search_operators, index_classes
 from projections.vector_index import Kind, create_statement
 
 TABLES = ("nodes", "slots", "cards", "card_terms", "card_versions", "card_embeddings",
           "embedding_queue", "card_relations", "arbitration_queue", "proposals", "ingestions", "erasures",
-          "projection_tracking", "projection_position", "projection_failures")
+          "projection_tracking", "projection_position", "projection_failures",
+          "projection_requests")
 #: The tables an erasure rewrites: vacuumed after it (best effort), so that the dead tuples
 #: holding the forgotten texts go sooner.
 ERASED_TABLES = ("cards", "card_versions", "card_terms", "card_embeddings", "slots",
@@ -210,7 +213,8 @@ ALTER TABLE {s}.proposals
 -- Conversation turns handed to ingest, one row per turn: its episodic event card, what became of
 -- its extraction. status: received (waiting for the extraction worker) | extracted (candidates
 -- recorded, commands being applied) | applied (its cards exist) | dead_letter (the model failed
--- after every retry: ``error``; re-run over REST, MCP or the CLI).
+-- after every retry: ``error``; re-run over REST, MCP or the CLI) | erased (an erasure took the
+-- turn; its extraction writes nothing).
 CREATE TABLE IF NOT EXISTS {s}.ingestions (
     tenant_id text NOT NULL,
     ingestion_id uuid NOT NULL,
@@ -323,9 +327,33 @@ ALTER TABLE {s}.projection_failures
     ADD COLUMN IF NOT EXISTS resolved_by text,
     ADD COLUMN IF NOT EXISTS resolution text;
 ALTER TABLE {s}.projection_failures ALTER COLUMN status SET DEFAULT 'parked';
+-- A message names the exception's type, never its text (``infra.redact``): one an earlier release
+-- kept as "Type: message" (a database error quoting the row) is cut to its type.
+UPDATE {s}.projection_failures SET error = split_part(error, ':', 1)
+    WHERE error ~ '^[A-Za-z_][A-Za-z0-9_]*: ';
 -- Read with the tracking in every batch: which of its aggregates are parked.
 CREATE INDEX IF NOT EXISTS projection_failures_parked ON {s}.projection_failures
     (projection, originator_id, originator_version) WHERE status = 'parked';
+-- Requests to retry or skip a parked event (decision 0018): an HTTP process, which can neither
+-- write the read models nor run the projector, inserts one as the request's tenant; ``serve``'s own
+-- process carries it out as the projector role and records its outcome (``projections.requests``).
+-- ``status``: requested | done | refused (no such parked event of the tenant) | failed.
+CREATE TABLE IF NOT EXISTS {s}.projection_requests (
+    tenant_id text NOT NULL,
+    request_id uuid NOT NULL,
+    projection text NOT NULL,
+    notification_id bigint NOT NULL,
+    action text NOT NULL CHECK (action IN ('retry', 'skip')),
+    reason text,
+    requested_by text NOT NULL,
+    requested_at timestamptz NOT NULL DEFAULT now(),
+    status text NOT NULL DEFAULT 'requested',
+    outcome text,
+    done_at timestamptz,
+    PRIMARY KEY (tenant_id, request_id)
+);
+CREATE INDEX IF NOT EXISTS projection_requests_open ON {s}.projection_requests (requested_at)
+    WHERE status = 'requested';
 """
 
 #: The words index's functions. Their statements name the schema: ``swap`` runs this again for
@@ -390,11 +418,12 @@ DROP FUNCTION IF EXISTS {s}.card_words(text[], text, text, text, text);
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS card_versions_as_of ON {s}.card_versions
     USING gist (tenant_id, known, valid);
-CREATE INDEX IF NOT EXISTS cards_trigrams ON {s}.cards USING gin (fuzzy_text gin_trgm_ops);
+-- The search indexes' classes: the schema's own (projections.search_ops), or the stock ones.
+CREATE INDEX IF NOT EXISTS cards_trigrams ON {s}.cards USING gin (fuzzy_text {word_trgm_ops});
 CREATE INDEX IF NOT EXISTS cards_valid ON {s}.cards USING gist (tenant_id, valid);
 CREATE INDEX IF NOT EXISTS cards_current ON {s}.cards (tenant_id, kind, scope)
     WHERE retracted_at IS NULL AND valid_to IS NULL;
-CREATE INDEX IF NOT EXISTS cards_bigrams ON {s}.cards USING gin (bigrams);
+CREATE INDEX IF NOT EXISTS cards_bigrams ON {s}.cards USING gin (bigrams {text_array_ops});
 -- A slot's cards, the newest first (the slot stage reads the latest items of a named slot).
 CREATE INDEX IF NOT EXISTS cards_slot_since ON {s}.cards (tenant_id, aggregate_id, valid_from DESC);
 DROP INDEX IF EXISTS {s}.cards_slot;
@@ -435,12 +464,12 @@ CREATE POLICY projector_reads ON {s}.{t} FOR SELECT TO {writer} USING (true);
 
 
 def create_read_schema(
-    conn: psycopg.Connection[Any], schema: str, reader: str, writer: str, dimensions: int = 512,
-    vector_index: Kind = "none", indexes: bool = True,
+    conn: psycopg.Connection[Any], schema: str, reader: str | Sequence[str], writer: str,
+    dimensions: int = 512, vector_index: Kind = "none", indexes: bool = True,
 ) -> None:
-    """Create the read-model tables in ``schema`` (idempotent). ``reader`` (the runtime role)
-    selects within its tenant; ``writer`` (the projector) reads every tenant — it projects them
-    all — but inserts and updates only rows of the tenant its transaction set. With
+    """Create the read-model tables in ``schema`` (idempotent). ``reader`` (the runtime role, the
+    HTTP role) selects within its tenant; ``writer`` (the projector) reads every tenant — it
+    projects them all — but inserts and updates only rows of the tenant its transaction set. With
     ``indexes=False`` only the keys are created: :func:`create_read_indexes` adds the rest."""
     names = {"s": sql.Identifier(schema)}
     queued = conn.execute("SELECT to_regclass(%s)", (f"{schema}.embedding_queue",)).fetchone()
@@ -448,6 +477,7 @@ def create_read_schema(
     if queued is not None and queued[0] is None:  # a schema made before the queue: fill it once
         queue_unembedded(conn, schema)
     create_functions(conn, schema)
+    create_search_operators(conn, schema)
     if indexes:
         create_read_indexes(conn, schema, vector_index)
     for table in TABLES:
@@ -456,13 +486,16 @@ def create_read_schema(
     grants = """
         GRANT USAGE ON SCHEMA {s} TO {reader}, {writer};
         GRANT SELECT ON ALL TABLES IN SCHEMA {s} TO {reader};
+        GRANT INSERT ON {s}.projection_requests TO {reader};
         GRANT SELECT, INSERT, UPDATE ON ALL TABLES IN SCHEMA {s} TO {writer};
         GRANT DELETE ON {s}.projection_failures, {s}.card_terms, {s}.card_embeddings,
             {s}.embedding_queue TO {writer};
         GRANT MAINTAIN ON ALL TABLES IN SCHEMA {s} TO {writer};
     """
+    readers = [reader] if isinstance(reader, str) else list(reader)
     conn.execute(sql.SQL(grants).format(
-        reader=sql.Identifier(reader), writer=sql.Identifier(writer), **names))
+        reader=sql.SQL(", ").join(map(sql.Identifier, readers)), writer=sql.Identifier(writer),
+        **names))
 
 
 _QUEUE_FILL = """INSERT INTO {s}.embedding_queue (tenant_id, card_id, version)
@@ -516,12 +549,15 @@ _WORDS_TRIGGER = """CREATE TRIGGER card_terms_sync AFTER INSERT OR UPDATE ON {s}
     FOR EACH ROW EXECUTE FUNCTION {s}.card_terms_sync()"""
 
 
-def index_statements(schema: str, vector_index: Kind = "none", vectors: int = 0
-                     ) -> list[sql.Composed]:
+def index_statements(schema: str, vector_index: Kind = "none", vectors: int = 0,
+                     classes: Mapping[str, sql.Composable] | None = None) -> list[sql.Composed]:
     """The secondary indexes of the read models in ``schema``, one statement each, the costliest
     first (idempotent); first the ``vector_index`` of the embeddings over ``vectors`` rows, when
-    it has one to build (:mod:`projections.vector_index`)."""
-    names = {"s": sql.Identifier(schema)}
+    it has one to build (:mod:`projections.vector_index`). The search indexes are built with
+    ``classes`` (:func:`projections.search_ops.index_classes`), by default the schema's own."""
+    if classes is None:
+        classes = {name: sql.Identifier(schema, name) for name in STOCK_CLASSES}
+    names = {"s": sql.Identifier(schema), **classes}
     statements = [sql.SQL(statement.strip()).format(**names)
                   for statement in _INDEXES.split(";")]
     vector = create_statement(schema, vector_index, vectors)
@@ -532,7 +568,7 @@ def create_read_indexes(conn: psycopg.Connection[Any], schema: str, vector_index
                         words: bool = True) -> None:
     """The secondary indexes of the read models in ``schema`` (see :func:`index_statements`),
     then the words index armed (:func:`arm_words`)."""
-    for statement in index_statements(schema, vector_index):
+    for statement in index_statements(schema, vector_index, classes=index_classes(conn, schema)):
         conn.execute(statement)
     arm_words(conn, schema, words)
 

@@ -335,10 +335,11 @@ _FORGET: dict[str, tuple[str, ...]] = {
     "ids": (
         "UPDATE {s}.proposals SET rationale = NULL, note = NULL "
         "WHERE tenant_id = %(tenant)s AND proposal_id = ANY(%(ids)s::uuid[])",
-        "UPDATE {s}.ingestions SET error = NULL, candidates = NULL, rejected = NULL "
-        "WHERE tenant_id = %(tenant)s AND ingestion_id = ANY(%(ids)s::uuid[])",
+        "UPDATE {s}.ingestions SET status = 'erased', error = NULL, candidates = NULL, "
+        "rejected = NULL WHERE tenant_id = %(tenant)s AND ingestion_id = ANY(%(ids)s::uuid[])",
     ),
-    "tenant": ("DELETE FROM {cache} WHERE tenant_id = %(tenant)s",),
+    "tenant": ("DELETE FROM {cache} WHERE tenant_id = %(tenant)s",
+               "UPDATE {s}.projection_requests SET reason = NULL WHERE tenant_id = %(tenant)s"),
 }
 
 _CACHE_GC = ("DELETE FROM {cache} k WHERE k.tenant_id = %(tenant)s AND NOT EXISTS (SELECT 1 "
@@ -553,7 +554,7 @@ class MemorySink:
                 proposal.update(rationale=None, note=None)
             turn = self.records["ingestions"].get((tenant, record_id))
             if turn is not None:
-                turn.update(error=None, candidates=None, rejected=None)
+                turn.update(status="erased", error=None, candidates=None, rejected=None)
 
     @staticmethod
     def _version(row: dict[str, Any], since: datetime) -> dict[str, Any]:

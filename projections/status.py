@@ -1,10 +1,12 @@
 """How far behind the log each consumer is, and which parts are alive: the lag metric and
-``palimpsest status``."""
+``palimpsest status`` (:func:`read_status`, every tenant's, as the projector role), and one
+tenant's share of it (:func:`tenant_pipeline`, what ``GET /v1/status`` answers)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +14,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from infra.heartbeats import Liveness, read_liveness
+from infra.heartbeats import LIVE_INTERVALS, ROLES, Liveness, read_liveness
 from infra.postgres import EVENTS_TABLE, Database
 from infra.settings import Settings
 from projections.cards import NAME
@@ -98,6 +100,74 @@ def read_status(db: Database, settings: Settings) -> Status:
         [dict(zip(keys, row, strict=True)) for row in failures])
     relay_lag = None if relay is None else max(head - relay, 0)
     return Status(head, relay, relay_lag, [projection], cards, pending, liveness)
+
+
+@dataclass(frozen=True)
+class TenantPipeline:
+    """The pipeline as one tenant sees it: its own events only, never the log's head nor another
+    tenant's activity (decision 0018)."""
+
+    #: The newest notification id of the tenant's events in the log.
+    head: int
+    #: The tenant's events after its projected position: not in the read models yet.
+    projection_lag: int
+    #: When the read models last moved the tenant's position (None: never).
+    projected_at: datetime | None
+    #: The tenant's cards waiting for their vectors.
+    embeddings_pending: int
+    #: The tenant's parked events, and its requests to retry or skip one not carried out yet.
+    parked: int
+    requests_pending: int
+    #: ``broker``, ``relay``, ``projector`` → alive / dead / unknown.
+    liveness: dict[str, str]
+
+
+_TENANT = """SELECT
+    (SELECT count(*) FROM {s}.projection_failures WHERE projection = %(p)s AND tenant_id = %(t)s
+     AND status = 'parked') AS parked,
+    (SELECT count(*) FROM {s}.projection_requests WHERE tenant_id = %(t)s
+     AND status = 'requested') AS requests_pending,
+    (SELECT count(*) FROM {s}.embedding_queue WHERE tenant_id = %(t)s) AS embeddings_pending,
+    (SELECT updated_at FROM {s}.projection_position WHERE projection = %(p)s
+     AND tenant_id = %(t)s) AS projected_at"""
+#: The tenant's events after its position, by the log's order from there: the scan covers the
+#: log's events after the tenant's position (every tenant's: the log has no index by tenant).
+_TENANT_LOG = """SELECT count(*) AS lag, max(notification_id) AS head FROM {e}.{events}
+WHERE notification_id > %(position)s AND tenant_id = %(t)s"""
+#: Liveness from the heartbeats' columns that say nothing of activity (the HTTP role may read
+#: only these: no detail, progress or position).
+_ALIVE = """SELECT role, bool_or(stopped_at IS NULL AND beat_at > now() - make_interval(
+    secs => interval_s * %s)) AS alive FROM {e}.heartbeats WHERE role = ANY(%s) GROUP BY role"""
+
+
+def tenant_pipeline(conn: psycopg.Connection[Any], settings: Settings, tenant_id: str,
+                    position: int) -> TenantPipeline:
+    """``tenant_id``'s share of the pipeline, read on ``conn`` (a transaction of that tenant, as
+    the HTTP or the runtime role); ``position``: its projected position."""
+    names = {"s": sql.Identifier(settings.read_schema), "e": sql.Identifier(settings.event_schema),
+             "events": sql.Identifier(EVENTS_TABLE)}
+    with conn.cursor(row_factory=dict_row) as cur:
+        own = cur.execute(sql.SQL(_TENANT).format(**names), {"p": NAME, "t": tenant_id}).fetchone()
+        log = cur.execute(sql.SQL(_TENANT_LOG).format(**names),
+                          {"position": position, "t": tenant_id}).fetchone()
+    assert own is not None and log is not None  # aggregates answer one row
+    return TenantPipeline(int(log["head"] or position), int(log["lag"]), own["projected_at"],
+                          int(own["embeddings_pending"]), int(own["parked"]),
+                          int(own["requests_pending"]), _alive(conn, settings.event_schema))
+
+
+def _alive(conn: psycopg.Connection[Any], schema: str) -> dict[str, str]:
+    found = dict.fromkeys(ROLES, "unknown")
+    try:
+        with conn.transaction():  # a savepoint: an older bootstrap's grants leave them unknown
+            rows = conn.execute(sql.SQL(_ALIVE).format(e=sql.Identifier(schema)),
+                                (LIVE_INTERVALS, list(ROLES))).fetchall()
+    except psycopg.Error:
+        return found
+    for row in rows:
+        role, alive = (row["role"], row["alive"]) if isinstance(row, dict) else row
+        found[role] = "alive" if alive else "dead"
+    return found
 
 
 def _liveness_line(part: Liveness) -> str:

@@ -300,7 +300,9 @@ def cjk_bigrams(text: str) -> tuple[str, ...]:
 
 
 #: The same measure in SQL, for ``sql.SQL(BIGRAM_SIMILARITY_SQL).format(a=…, b=…)`` (two
-#: ``text[]`` operands, each may appear twice). Prefilter with the GIN index: ``bigrams && $q``.
+#: ``text[]`` operands, each may appear twice). Prefilter with the GIN index through the read
+#: schema's own operator, which it drives under row-level security (:mod:`projections.search_ops`):
+#: ``bigrams OPERATOR(s.&&) $q``.
 BIGRAM_SIMILARITY_SQL = (
     "coalesce((SELECT count(*) FROM (SELECT unnest({a}) INTERSECT SELECT unnest({b})) AS i)::float4"
     " / nullif((SELECT count(*) FROM (SELECT unnest({a}) UNION SELECT unnest({b})) AS u), 0), 0)"
@@ -312,7 +314,7 @@ def bigram_similarity(a: Sequence[str], b: Sequence[str]) -> float:
 
     Jaccard, like pg_trgm's ``similarity()``, so bigram and trigram scores compare directly.
     In SQL (:data:`BIGRAM_SIMILARITY_SQL`), with the card's ``bigrams text[]`` under
-    ``GIN (bigrams)`` and the query's bigrams as ``%(q)s::text[]``::
+    ``GIN (bigrams text_array_ops)`` and the query's bigrams as ``%(q)s::text[]``::
 
         SELECT card_id,
                coalesce((SELECT count(*) FROM (SELECT unnest(bigrams) INTERSECT
@@ -320,7 +322,7 @@ def bigram_similarity(a: Sequence[str], b: Sequence[str]) -> float:
                         / nullif((SELECT count(*) FROM (SELECT unnest(bigrams) UNION
                                                          SELECT unnest(%(q)s::text[])) u), 0), 0)
                  AS bigram_sim
-        FROM cards WHERE bigrams && %(q)s::text[]          -- uses the GIN index
+        FROM cards WHERE bigrams OPERATOR(palimpsest_read.&&) %(q)s::text[]  -- the GIN index
 
     ``INTERSECT`` / ``UNION`` count distinct elements, as this function does with sets.
     """

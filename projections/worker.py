@@ -1,6 +1,7 @@
-"""The embedding projection's loop and lease, and :func:`project_log`: the read models brought
-up to the log's head without Kafka. The projector process that runs them is
-:mod:`services.entrypoints.projector`."""
+"""The embedding projection's loop and lease, :func:`project_log` (the read models brought up to
+the log's head without Kafka) and :func:`start_requests` (the parked-event requests of the HTTP
+processes carried out). The projector process that runs the first is
+:mod:`services.entrypoints.projector`; ``serve``'s own process runs the last."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import threading
 from typing import Any
 
 from infra.postgres import Database, Lease, admin_database, projector_database
+from infra.redact import traced
 from infra.settings import Settings
 from projections.embeddings import EmbeddingProjection
 from projections.replay import catch_up, make_projector
@@ -38,8 +40,8 @@ def embedding_loop(projection: EmbeddingProjection, stop: threading.Event,
                 standing_by = False
                 if projection.embed_pending() == 0 and projection.wait(idle) and window:
                     stop.wait(window)
-            except Exception:  # a model or database hiccup: log it, retry after a pause
-                log.exception("embedding projection failed; retrying")
+            except Exception as error:  # a model or database hiccup: log it, retry after a pause
+                log.error("embedding projection failed; retrying: %s", traced(error))
                 stop.wait(5.0)
     finally:
         projection.close()
@@ -66,6 +68,20 @@ def embedding_projection(settings: Settings, admin: Database | None = None,
         keyring = open_keyring(settings)
     embedder = create_embedder(settings, connect=db.connect, keys=CacheKeys(keyring))
     return EmbeddingProjection(db.connect, settings.read_schema, embedder)
+
+
+def start_requests(settings: Settings, app: Any, monitor: Database, stop: threading.Event,
+                   interval: float = 1.0) -> threading.Thread:
+    """Carry out the requests to retry or skip a parked event (:mod:`projections.requests`) on a
+    daemon thread until ``stop``: ``app``'s log (the runtime role's: a skip is a decision in it),
+    the projector role's ``monitor``; one process at a time among those on the read models."""
+    from projections.requests import RequestKeeper
+
+    lease = Lease(monitor.connect, f"palimpsest parked-event requests {settings.read_schema}")
+    keeper = RequestKeeper(monitor, settings.read_schema, app,
+                           lambda: make_projector(settings, app, projector_db=monitor), stop,
+                           lease, interval)
+    return keeper.start()
 
 
 def project_log(settings: Settings, app: Any, admin: Database | None = None) -> tuple[int, int]:

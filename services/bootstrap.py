@@ -30,8 +30,9 @@ class Services:
     #: Per tenant, the writes this process accepted that the read models may not hold yet: the
     #: read-your-writes overlay of search.
     pending: PendingWrites = field(default_factory=PendingWrites)
-    #: The projector role's database, for status and metrics (it reads every tenant's
-    #: bookkeeping).
+    #: The projector role's database, for metrics and the parked-event requests ``serve``
+    #: carries out (it reads every tenant's bookkeeping); None in an HTTP process, which holds no
+    #: cross-tenant role (decision 0018).
     monitor: Database | None = None
 
     def close(self) -> None:
@@ -77,16 +78,36 @@ def build_background(settings: Settings, *, clock: Clock = utc_now) -> Backgroun
     return Background(app, read, create_key_store(settled, clock=clock), monitor(settled))
 
 
-def build_services(settings: Settings | None = None, *, clock: Clock = utc_now) -> Services:
+def build_services(settings: Settings | None = None, *, clock: Clock = utc_now,
+                   http: bool = False) -> Services:
     """The command side, the query side and the key store on the configured backends; PostgreSQL
-    is bootstrapped once first (when ``auto_bootstrap``). The read models are always PostgreSQL's."""
+    is bootstrapped once first (when ``auto_bootstrap``). The read models are always PostgreSQL's.
+    ``http``: for an HTTP process, every connection as the HTTP role (:func:`http_settings`), no
+    projector role's ``monitor``."""
     settings = settings or Settings()
+    if http and settings.persistence == "postgres":
+        if settings.auto_bootstrap:
+            from infra.postgres import admin_database, bootstrap
+
+            bootstrap(admin_database(settings), settings)
+        settings = http_settings(settings)
     app = create_app(settings, clock)
     bootstrapped = settings.model_copy(update={"auto_bootstrap": False}) \
         if settings.persistence == "postgres" else settings
     queries = create_queries(bootstrapped, clock)
     return Services(settings=settings, app=app, queries=queries,
-                    keys=create_key_store(bootstrapped, clock=clock), monitor=monitor(settings))
+                    keys=create_key_store(bootstrapped, clock=clock),
+                    monitor=None if http else monitor(settings))
+
+
+def http_settings(settings: Settings) -> Settings:
+    """``settings`` for an HTTP process: the HTTP role in the runtime role's place — the command
+    side, the key ring, the key store and the read models connect as it, so every row they touch
+    is the request's tenant's (row-level security: ``infra.tenancy``) — and no bootstrap (it is
+    the administrator's, done before)."""
+    return settings.model_copy(update={"runtime_role": settings.http_role,
+                                       "runtime_password": settings.http_password,
+                                       "auto_bootstrap": False})
 
 
 def monitor(settings: Settings) -> Database:

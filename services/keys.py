@@ -7,8 +7,16 @@ and 32 random bytes — is shown once when the key is made; only its hash is kep
 ``PALIMPSEST_KEY_PEPPER``, or SHA-256 without one). Every request is checked against the store, so
 a revoked key is refused at once, in every process.
 
-``KeyStore`` is the port; ``PostgresKeyStore`` keeps the keys in the event schema's ``api_keys``
-table (the runtime role may read them, add one and set ``revoked_at``, nothing else);
+The store also keeps the console sessions signed out (:meth:`KeyStore.end_session`): a session
+cookie is a sealed copy of a key, so signing out records the session's id, its tenant and when its
+seal expires; the console refuses an ended session on every request, in every worker, and expired
+rows are pruned at each sign-out.
+
+A key's check binds its tenant to the request (:mod:`infra.tenancy`): the database work that
+follows sees that tenant's rows only. ``KeyStore`` is the port; ``PostgresKeyStore`` keeps the keys
+in the event schema's ``api_keys`` table (a role may read its tenant's, add one and set
+``revoked_at``, nothing else; a secret is looked up through ``api_key_by_hash``, before any tenant
+is known);
 ``MemoryKeyStore`` keeps them in the process, for ``PALIMPSEST_PERSISTENCE=memory``.
 """
 
@@ -35,7 +43,8 @@ from domain.errors import (
     PermissionDeniedError,
 )
 from domain.values import check_tenant
-from infra.postgres import KEYS_TABLE, Database
+from infra.postgres import KEYS_TABLE, SESSIONS_ENDED_TABLE, Database
+from infra.tenancy import bind_tenant, tenant_checked
 
 SCOPES = ("memory:read", "memory:write", "memory:admin", "memory:erase")
 #: What a key gets when no scope is named.
@@ -75,6 +84,7 @@ def require(principal: Principal, scope: str) -> None:
     too, never ``memory:erase``."""
     if scope not in SCOPES:
         raise ValueError(f"unknown scope {scope!r}")
+    bind_tenant(principal.tenant_id)  # what this request's database work is for (decision 0018)
     held = scope in principal.scopes or (
         "memory:admin" in principal.scopes and scope in ADMIN_HOLDS)
     if not held:
@@ -116,6 +126,7 @@ class KeyStore(ABC):
             raise AuthenticationError("unknown API key")
         if info.revoked_at is not None:
             raise AuthenticationError("this API key was revoked")
+        bind_tenant(info.tenant_id)
         return Principal(tenant_id=info.tenant_id, scopes=frozenset(info.scopes), key_id=info.key_id)
 
     def revoke(self, key_id: str) -> KeyInfo:
@@ -124,6 +135,19 @@ class KeyStore(ABC):
         if info is None:
             raise NotFoundError(f"no API key {key_id!r}")
         return info
+
+    def end_session(self, session_id: str, tenant_id: str, expires_at: datetime) -> None:
+        """Record a console session signed out, refused until ``expires_at`` (when its seal
+        expires anyway); sessions ended and expired by now are forgotten."""
+        self._end_session(session_id, tenant_id, expires_at, self._clock())
+
+    @abstractmethod
+    def session_ended(self, session_id: str, tenant_id: str) -> bool:
+        """Whether the console session ``session_id`` of ``tenant_id`` was signed out."""
+
+    @abstractmethod
+    def _end_session(self, session_id: str, tenant_id: str, expires_at: datetime,
+                     now: datetime) -> None: ...
 
     @abstractmethod
     def list(self, tenant_id: str | None = None) -> list[KeyInfo]:
@@ -153,7 +177,18 @@ class MemoryKeyStore(KeyStore):
     def __init__(self, pepper: str | None, clock: Callable[[], datetime]) -> None:
         super().__init__(pepper, clock)
         self._keys: dict[str, tuple[KeyInfo, bytes]] = {}
+        self._ended: dict[tuple[str, str], datetime] = {}
         self._lock = threading.Lock()
+
+    def session_ended(self, session_id: str, tenant_id: str) -> bool:
+        with self._lock:
+            return (tenant_id, session_id) in self._ended
+
+    def _end_session(self, session_id: str, tenant_id: str, expires_at: datetime,
+                     now: datetime) -> None:
+        with self._lock:
+            self._ended = {k: until for k, until in self._ended.items() if until > now}
+            self._ended[(tenant_id, session_id)] = expires_at
 
     def close(self) -> None:
         with self._lock:
@@ -194,10 +229,12 @@ class PostgresKeyStore(KeyStore):
                  clock: Callable[[], datetime], pool_size: int = 2) -> None:
         super().__init__(pepper, clock)
         self._table = sql.Identifier(schema, KEYS_TABLE)
+        self._ended = sql.Identifier(schema, SESSIONS_ENDED_TABLE)
         self._pool = ConnectionPool(
             kwargs={"host": db.host, "port": db.port, "dbname": db.dbname, "user": db.user,
                     "password": db.password, "row_factory": dict_row, "autocommit": True},
-            min_size=1, max_size=pool_size, open=True)
+            min_size=1, max_size=pool_size, open=True, check=tenant_checked)
+        self._lookup = sql.Identifier(schema, "api_key_by_hash")
 
     def close(self) -> None:
         self._pool.close()
@@ -208,6 +245,20 @@ class PostgresKeyStore(KeyStore):
         with self._pool.connection() as conn:
             return [_info(row) for row in conn.execute(query, {"tenant": tenant_id}).fetchall()]
 
+    def session_ended(self, session_id: str, tenant_id: str) -> bool:
+        query = sql.SQL("SELECT 1 FROM {} WHERE tenant_id = %s AND session_id = %s").format(
+            self._ended)
+        with self._pool.connection() as conn:
+            return conn.execute(query, (tenant_id, session_id)).fetchone() is not None
+
+    def _end_session(self, session_id: str, tenant_id: str, expires_at: datetime,
+                     now: datetime) -> None:
+        record = sql.SQL("INSERT INTO {} (session_id, tenant_id, expires_at) VALUES (%s, %s, %s) "
+                         "ON CONFLICT (session_id) DO NOTHING").format(self._ended)
+        with self._pool.connection() as conn, conn.transaction():
+            conn.execute(sql.SQL("DELETE FROM {} WHERE expires_at <= %s").format(self._ended), (now,))
+            conn.execute(record, (session_id, tenant_id, expires_at))
+
     def _insert(self, info: KeyInfo, secret_hash: bytes) -> None:
         statement = sql.SQL("INSERT INTO {} (key_id, tenant_id, scopes, name, created_at, "
                             "secret_hash) VALUES (%s, %s, %s, %s, %s, %s)").format(self._table)
@@ -216,7 +267,7 @@ class PostgresKeyStore(KeyStore):
                                      info.created_at, secret_hash))
 
     def _find(self, secret_hash: bytes) -> KeyInfo | None:
-        query = sql.SQL("SELECT " + _COLUMNS + " FROM {} WHERE secret_hash = %s").format(self._table)
+        query = sql.SQL("SELECT " + _COLUMNS + " FROM {}(%s)").format(self._lookup)  # no tenant yet
         with self._pool.connection() as conn:
             row = conn.execute(query, (secret_hash,)).fetchone()
         return _info(row) if row else None

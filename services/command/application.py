@@ -6,8 +6,10 @@ saved with the command's events), turns on contended aggregates — it saves hol
 the stored aggregates it changes, so writers hammering one slot take turns instead of losing
 races (``services.command.locks``, decision 0006), and still reloads and decides again when it loses one —
 a decision taken again when an erasure elsewhere destroyed keys since it began (this process's
-cached aggregates were decoded with them; the locks read the count), and store failures
-reported as retryable errors.
+cached aggregates were decoded with them; the locks read the count) or, landing after the locks,
+made the key table refuse the save (``UnitErasedError``: nothing is written under an erased unit;
+decided again once, on what the store holds now, it opens a slot anew or is refused as erased),
+and store failures reported as retryable errors.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from domain.policy import Policy
 from domain.receipt import Receipt
 from domain.rules.validation import check_fields
 from domain.values import check_tenant
-from infra.keyring import KeyRing
+from infra.keyring import KeyRing, UnitErasedError
 from infra.sealing import SealedEventStore, sealing_mapper
 from infra.transcodings import register_domain_transcodings
 from services.command.commands import Command, WriteResult
@@ -152,6 +154,12 @@ class BaseApplication(Application[UUID]):
             self._destroyed_seen = max(self._destroyed_seen, destroyed)
         return True
 
+    def _forget_erased(self) -> None:
+        """Drop what this process decoded and the keys it cached: an erasure destroyed some."""
+        self.forget_decoded()
+        if self.keyring is not None:
+            self.keyring.forget_every_cached()
+
     def load(self, tenant_id: str, aggregate_id: UUID, cls: type[A], what: str = "card") -> A:
         """The aggregate, if it exists, is a ``cls`` and belongs to ``tenant_id``.
 
@@ -200,6 +208,7 @@ class BaseApplication(Application[UUID]):
         name = type(command).__name__
         fingerprint = _fingerprint(command)
         lost = 0
+        refused = False
         with Turn(self.locks) as turn:
             while True:
                 earlier = self._receipt(tenant_id, command, name, fingerprint)
@@ -221,6 +230,12 @@ class BaseApplication(Application[UUID]):
                     ))
                 try:
                     recordings = self._save(aggregates)
+                except UnitErasedError:  # an erasure landed after the locks were read
+                    if refused:
+                        raise
+                    refused = True
+                    self._forget_erased()
+                    continue  # decide again on what the store holds now
                 except IntegrityError:  # another writer moved an aggregate first
                     lost += 1
                     if lost > self.conflict_retries:

@@ -7,8 +7,12 @@ that finds another one's save under way queues its decision; when that save ends
 command saves every queued decision in one transaction and hands each its recordings. One caller
 alone saves at once, as before. ``tests/benchmarks/bench_commands.py`` measures both ways.
 
-A batch that the store refuses (a lost race, for one of its commands) is saved again one decision
-at a time, so only the command that lost the race sees it; the others are stored as if alone.
+A batch may hold several tenants' decisions: each is written as the tenant whose request made it,
+a run per tenant in the one transaction (row-level security, :mod:`infra.tenant_runs`).
+
+A batch that the store refuses (a lost race, for one of its commands; a write under a unit an
+erasure destroyed, ``UnitErasedError``) is saved again one decision at a time, so only the command
+that lost the race or wrote under the erased unit sees it; the others are stored as if alone.
 """
 
 from __future__ import annotations
@@ -20,14 +24,18 @@ from typing import Any
 from eventsourcing.application import ProcessingEvent
 from eventsourcing.persistence import PersistenceError, Recording
 
+from domain.errors import PalimpsestError
+from infra.tenancy import acting_for, current_tenant
+
 Record = Callable[[ProcessingEvent[Any]], list[Recording[Any]]]
 
 
 class _Entry:
-    __slots__ = ("decision", "leads", "recordings", "error", "woken")
+    __slots__ = ("decision", "tenant", "leads", "recordings", "error", "woken")
 
     def __init__(self, decision: ProcessingEvent[Any]) -> None:
         self.decision = decision
+        self.tenant = current_tenant()
         self.leads = False
         self.recordings: list[Recording[Any]] | None = None
         self.error: BaseException | None = None
@@ -82,10 +90,14 @@ class GroupCommit:
             for entry in batch:
                 together.events.extend(entry.decision.events)
                 together.aggregates.update(entry.decision.aggregates)
+            tenants = [(entry.tenant, len(entry.decision.events)) for entry in batch]
+            if len({tenant for tenant, _ in tenants}) > 1:  # a run each (infra.tenant_runs)
+                together.saved_kwargs["tenant_runs"] = tenants
             try:
-                recordings = self._record(together)
-            except PersistenceError:
-                pass  # one decision is refused (a lost race): find it, the others are stored alone
+                with acting_for(batch[0].tenant):
+                    recordings = self._record(together)
+            except (PersistenceError, PalimpsestError):
+                pass  # one decision is refused (a lost race, an erased unit): find it, the others alone
             else:
                 by_event = {id(r.domain_event): r for r in recordings}
                 for entry in batch:
@@ -93,6 +105,8 @@ class GroupCommit:
                 return
         for entry in batch:
             try:
-                entry.recordings = self._record(entry.decision)
+                with acting_for(entry.tenant):
+                    entry.recordings = self._record(entry.decision)
             except BaseException as error:  # handed to its own command, raised there
                 entry.error = error
+

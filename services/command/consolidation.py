@@ -33,6 +33,7 @@ from domain.knowledge import KnowledgeCard
 from domain.proposal import Proposal, ProposalEdge, ReviewDecision, parse_decision
 from domain.slot import Slot
 from infra.postgres import Database, Lease
+from infra.redact import described, traced
 from infra.settings import Settings
 from projections.consolidation_sql import tenants_with_cards
 from services.command.application import BaseApplication
@@ -227,7 +228,7 @@ class ConsolidationWorker(Periodic):
         try:
             tenants = self.tenants()
         except Exception as error:  # the database is away: the next scan tries again
-            log.warning("consolidation: cannot list the tenants: %s", error)
+            log.warning("consolidation: cannot list the tenants: %s", described(error))
             return counts
         for tenant in tenants:
             if self.stopping.is_set():
@@ -246,8 +247,8 @@ class ConsolidationWorker(Periodic):
             if self._marks.get(tenant) == mark:
                 return "unchanged"
             created = self.consolidator.propose(tenant, self.consolidator.candidates(tenant))
-        except Exception:  # one tenant's failure never stops the others' scans
-            log.exception("consolidation: scanning tenant %s failed", tenant)
+        except Exception as error:  # one tenant's failure never stops the others' scans
+            log.error("consolidation: scanning tenant %s failed: %s", tenant, traced(error))
             return "failed"
         self._marks[tenant] = mark
         counts.update(c.kind.value for c in created.values())

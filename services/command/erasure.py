@@ -3,7 +3,8 @@ the keys of the unit it names are destroyed.
 
 :meth:`ErasureCommands.erase` finds the live data keys of the unit in the key ring — one card's
 (with the keys that also quote it: a proposal's rationale, a turn's record), one slot's (its
-label and subject and every card of it), a subject's (every slot of theirs), an ingested
+label and subject and every card of it, its decisions' notes), a subject's (every slot of
+theirs, and every turn they spoke with its event card and the cards written from it), an ingested
 session's, or the whole tenant's — records ``Erasure.Erased`` naming them by id, then destroys
 them. The event comes first: an erasure interrupted between the two is finished by running it
 again (the same request id answers from its receipt and destroys what is still live). The
@@ -22,10 +23,10 @@ from uuid import UUID
 from domain.erasure import Erasure, ErasureUnit, parse_unit
 from domain.errors import CardNotFoundError, InvalidCommandError
 from domain.rules.cardinality import normalise_label
-from domain.slot import Slot
 from infra.keyring import Found, KeyRing
 from services.command.application import BaseApplication
 from services.command.commands import Erase, ErasureResult, WriteResult
+from services.command.keyed_ids import session_target, slot_generations
 
 
 class ErasureCommands(BaseApplication):
@@ -82,18 +83,21 @@ class ErasureCommands(BaseApplication):
         if unit is ErasureUnit.SESSION:
             if command.session_id is None:
                 raise InvalidCommandError("erasing a session needs its session_id")
-            return command.session_id, ring.find(tenant_id, sessions=[command.session_id])
+            found = ring.find(tenant_id, sessions=[command.session_id])
+            return session_target(ring, tenant_id, command.session_id), found
         return tenant_id, ring.find(tenant_id, whole=True)
 
     def _slot_ids(self, tenant_id: str, command: Erase, ring: KeyRing) -> list[UUID]:
         """Every generation of the slot a subject and label name that was ever made, oldest
-        first (``Slot.create_id``): forgetting the slot forgets them all."""
+        first (``Slot.create_id``; under its legacy id if it was stored so): forgetting the slot
+        forgets them all."""
         if command.subject is None or command.label is None:
             raise InvalidCommandError("erasing a slot needs its slot_id, or its subject and label")
         made: list[UUID] = []
-        for slot_id in Slot.generations(tenant_id, command.parsed_scope(), command.subject,
-                                        normalise_label(command.label)):
-            if not ring.ever_made(tenant_id, "slot", slot_id):
+        for ids in slot_generations(ring, tenant_id, command.parsed_scope(), command.subject,
+                                    normalise_label(command.label)):
+            slot_id = next((i for i in ids if ring.ever_made(tenant_id, "slot", i)), None)
+            if slot_id is None:
                 return made
             made.append(slot_id)
         raise AssertionError("unreachable: the generations never end")

@@ -43,6 +43,7 @@ from services.command.commands import (
 )
 from services.command.consolidation import ProposalCommands
 from services.command.erasure import ErasureCommands
+from services.command.keyed_ids import slot_generations
 from services.command.retention import RetentionCommands
 from services.ingest.commands import IngestCommands
 
@@ -126,10 +127,17 @@ class Palimpsest(IngestCommands, ProposalCommands, ErasureCommands, RetentionCom
     def live_slot(self, tenant_id: str, scope: Scope, subject: str, label: str
                   ) -> tuple[UUID, Slot | None]:
         """The slot a write to ``subject``/``label`` lands in: its id, and the slot unless it is
-        new. A generation an erasure forgot is passed over (``Slot.create_id``)."""
-        for slot_id in Slot.generations(tenant_id, scope, subject, label):
-            slot = self.find(tenant_id, slot_id, Slot)
-            if slot is None or not slot.forgotten:
+        new. A generation an erasure forgot is passed over (``Slot.create_id``); a generation
+        stored under its legacy id is found under it (``keyed_ids.slot_generations``)."""
+        for ids in slot_generations(self.keyring, tenant_id, scope, subject, label):
+            slot = None
+            for slot_id in ids:  # its keyed id, then its legacy one
+                slot = self.find(tenant_id, slot_id, Slot)
+                if slot is not None:
+                    break
+            if slot is None:
+                return ids[0], None
+            if not slot.forgotten:
                 return slot_id, slot
         raise AssertionError("unreachable: the generations never end")
 

@@ -25,6 +25,7 @@ from psycopg import sql
 from pydantic import Field
 
 from domain.retention import Retention, check_turn_days
+from infra.redact import described, traced
 from services.command.application import BaseApplication
 from services.command.commands import Command, Erase, WriteResult
 from services.periodic import Periodic
@@ -123,16 +124,17 @@ class RetentionWorker(Periodic):
         try:
             tenants = self.app.retention_tenants()
         except Exception as error:  # the store is away: the next run tries again
-            log.warning("retention: cannot list the tenants with a policy: %s", error)
+            log.warning("retention: cannot list the tenants with a policy: %s", described(error))
             return erased
         for tenant in tenants:
             if self.stopping.is_set():
                 break
             try:
                 erased[tenant] = self.apply(tenant)
-            except Exception:  # one tenant's failure never stops the others'
+            except Exception as error:  # one tenant's failure never stops the others'
                 failed += 1
-                log.exception("retention: applying tenant %s's policy failed", tenant)
+                log.error("retention: applying tenant %s's policy failed: %s", tenant,
+                          traced(error))
         log.info("retention: %d tenants with a policy (%d failed): %d turns erased in %.2f s",
                  len(tenants), failed, sum(erased.values()), time.monotonic() - started)
         return erased

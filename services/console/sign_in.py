@@ -1,4 +1,5 @@
 """Signing in with an API key, and out: the session cookie (:class:`services.console.web.Sessions`).
+Signing out ends the session on the server (its id is recorded as ended), not only in the browser.
 
 The sign-in form is protected from cross-site posting too (a person signed in as someone else's
 key is a quiet attack): the form carries a token that a short-lived cookie repeats.
@@ -48,7 +49,8 @@ def sign_in_routes(router: APIRouter) -> None:
         return response
 
     @router.post("/sign-out", response_model=None)
-    def sign_out(who: web.Checked) -> Response:
+    def sign_out(request: Request, who: web.Checked) -> Response:
+        web.sessions(request).sign_out(who)
         return signed_out(RedirectResponse(web.PREFIX + "/sign-in", status_code=303))
 
 

@@ -1,6 +1,8 @@
 """Requesting an erasure from the operations page, in two steps: the form names a unit (a card, a
 slot, a subject, an ingested session); the confirmation says what it holds — read with the same
-operations REST offers — and only the confirmed form runs ``forget``."""
+operations REST offers — and only the confirmed form runs ``forget``, with REST's scopes: a card or
+a slot needs ``memory:write``, a subject or a session ``memory:erase``; a refusal answers 403 with
+the stable code, and nothing is forgotten."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from fastapi import APIRouter, Form, Request
 from fastapi.responses import RedirectResponse, Response
 from pydantic import BaseModel, Field, ValidationError
 
+from domain.errors import PalimpsestError, PermissionDeniedError
 from services.console.web import Checked, Visitor, message, page
 
 UNITS = ("card", "slot", "subject", "session")
@@ -71,9 +74,11 @@ def erasure_routes(router: APIRouter, operations_page: Render) -> None:
         if confirmed != "yes":
             return operations_page(request, who, status_code=422, problem="an erasure runs only "
                                    "once confirmed: nothing was forgotten")
-        result, problem = who.attempt("forget", asked.forget(request_id or str(uuid4())))
-        if problem is not None:
-            return operations_page(request, who, problem=problem, status_code=422)
+        try:
+            result = who.run("forget", asked.forget(request_id or str(uuid4())))
+        except (PalimpsestError, ValidationError) as error:
+            status = 403 if isinstance(error, PermissionDeniedError) else 422
+            return operations_page(request, who, problem=message(error), status_code=status)
         done = f"forgot the {asked.unit}: {len(result.card_ids)} card(s), {result.keys_destroyed} key(s)"
         target = request.url_for("operations").include_query_params(done=done, at=result.position or 0)
         return RedirectResponse(str(target), status_code=303)

@@ -1,7 +1,8 @@
-"""The operations page: the pipeline's liveness and lag (``status``), ingested turns by status
-with the dead letters and a re-run each (``ingestions``, ``rerun_ingestion``), the tenant's parked
-events with retry and skip (:mod:`services.command.failures`: ``palimpsest failures`` as use cases of the
-signed-in tenant), and the erasures (:mod:`services.console.views_erasure`)."""
+"""The operations page: the pipeline's liveness and the tenant's lag (``status``), ingested turns by
+status with the dead letters and a re-run each (``ingestions``, ``rerun_ingestion``), the tenant's
+parked events with retry and skip (:mod:`services.command.failures`: requests ``serve``'s own
+process carries out, waited for a few seconds, then followed on this page), and the erasures
+(:mod:`services.console.views_erasure`)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ from services.console.web import Checked, SignedIn, Visitor, message, page
 
 #: Turns of each listing the page shows.
 LISTED = 50
+#: Seconds a retry or skip request is waited for before the page says it is under way.
+REQUEST_WAIT = 8.0
 
 
 def operations_routes(router: APIRouter) -> None:
@@ -36,24 +39,21 @@ def operations_routes(router: APIRouter) -> None:
     @router.post("/operations/parked/{notification_id}/retry", response_model=None)
     def retry(request: Request, notification_id: int, who: Checked) -> Response:
         try:
-            done = failures.retry_parked(*_parts(who), who.principal, notification_id)
+            asked = failures.request_retry(who.services.queries.read, who.principal,
+                                           notification_id, decided_by(who), REQUEST_WAIT)
         except PalimpsestError as error:
             return _after(request, who, message(error), "")
-        applied = sum(r.applied for r in done)
-        still = any(r.parked for r in done)
-        return _after(request, who, None, f"retried #{notification_id}: {applied} event(s) applied"
-                      + (", still parked" if still else ""))
+        return _after(request, who, None, _said(asked))
 
     @router.post("/operations/parked/{notification_id}/skip", response_model=None)
     def skip(request: Request, notification_id: int, who: Checked,
              reason: Annotated[str, Form(max_length=2_000)] = "") -> Response:
         try:
-            done = failures.skip_parked(*_parts(who), who.principal, notification_id, reason,
-                                        decided_by(who))
+            asked = failures.request_skip(who.services.queries.read, who.principal,
+                                          notification_id, reason, decided_by(who), REQUEST_WAIT)
         except PalimpsestError as error:
             return _after(request, who, message(error), "")
-        return _after(request, who, None, f"skipped #{notification_id}; {done.applied} later "
-                      "event(s) applied" + (", still parked" if done.parked else ""))
+        return _after(request, who, None, _said(asked))
 
     erasure_routes(router, operations_page)
 
@@ -68,14 +68,15 @@ def operations_page(request: Request, who: Visitor, *, done: str | None = None,
     dead, _ = who.attempt("ingestions", {"status": "dead_letter", "limit": LISTED})
     erasures, trouble_erasures = who.attempt("erasures", {"limit": LISTED})
     try:
-        services = who.services
-        parked = failures.parked_events(services.monitor, services.settings, who.principal)
+        read = who.services.queries.read
+        parked = failures.parked_events(read, who.principal)
+        requests = failures.parked_requests(read, who.principal, limit=10)
         trouble_parked = None
     except PalimpsestError as error:
-        parked, trouble_parked = [], message(error)
+        parked, requests, trouble_parked = [], [], message(error)
     problems = [p for p in (problem, trouble, trouble_turns, trouble_erasures, trouble_parked) if p]
     return page(request, who, "operations.html", status_code=status_code, status=status,
-                turns=turns, dead=dead.ingestions if dead else [], parked=parked,
+                turns=turns, dead=dead.ingestions if dead else [], parked=parked, requests=requests,
                 erasures=erasures.erasures if erasures else [], done=done, problems=problems,
                 **more)
 
@@ -90,6 +91,11 @@ def _after(request: Request, who: Visitor, problem: str | None, done: str,
     return RedirectResponse(str(target), status_code=303)
 
 
-def _parts(who: Visitor) -> tuple[Any, Any, Any]:
-    """What the parked-event use cases work on: the log, the projector's database, the settings."""
-    return who.services.app, who.services.monitor, who.services.settings
+def _said(asked: failures.ParkedRequest) -> str:
+    """What a request came to, or that it is under way (the page lists it with its status)."""
+    done = "retried" if asked.action == "retry" else "skipped"
+    if asked.status == "requested":
+        return f"{asked.action} of #{asked.notification_id} requested: the server carries it out shortly"
+    if asked.status == "done":
+        return f"{done} #{asked.notification_id}: {asked.outcome}"
+    return f"{asked.action} of #{asked.notification_id} {asked.status}: {asked.outcome}"

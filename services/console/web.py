@@ -33,7 +33,9 @@ The helpers a page module uses (``views_read.py``, ``views_arbitration.py``, …
 The session is one cookie, ``palimpsest_console`` (path ``/console``, HttpOnly, SameSite=Strict,
 Secure over https): the key's secret and the CSRF token, encrypted and signed (Fernet) with a key
 made when the app is built, so a restart signs everyone out. Each request authenticates the
-secret again, as REST does: a revoked key is signed out at once.
+secret again, as REST does: a revoked key is signed out at once. Each session has an id, sealed
+with it: signing out records it in the key store (:meth:`services.keys.KeyStore.end_session`,
+a table every HTTP worker reads), so the cookie, replayed, is refused until its seal expires.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ import json
 import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -117,6 +119,9 @@ class Visitor:
     name: str
     csrf: str
     services: Services
+    #: The session's id, and when its seal expires (what a sign-out records).
+    session_id: str = ""
+    expires_at: datetime | None = None
 
     def run(self, name: str, payload: Any) -> Any:
         """The operation ``name`` as REST runs it: parsed (no database work), then run as this
@@ -149,20 +154,34 @@ class Sessions:
         """The principal of ``secret`` (AuthenticationError if it is not a live key) and the
         cookie's value for a new session."""
         principal = self.services.keys.authenticate(secret)
-        sealed = json.dumps({"key": secret, "csrf": secrets.token_urlsafe(32)}).encode()
+        sealed = json.dumps({"key": secret, "csrf": secrets.token_urlsafe(32),
+                             "session": secrets.token_urlsafe(18)}).encode()
         return principal, self._fernet.encrypt(sealed).decode()
 
     def visitor(self, request: Request) -> Visitor:
-        """The visitor of the request's session; SignInRequired without a live one."""
+        """The visitor of the request's session; SignInRequired without a live one (none, a
+        stale or forged cookie, a revoked key, a session signed out)."""
         cookie = request.cookies.get(COOKIE)
         if not cookie:
             raise SignInRequired()
+        keys = self.services.keys
         try:
             opened = json.loads(self._fernet.decrypt(cookie.encode(), ttl=SESSION_SECONDS))
-            principal = self.services.keys.authenticate(opened["key"])
+            principal, session = keys.authenticate(opened["key"]), str(opened["session"])
+            sealed_at = self._fernet.extract_timestamp(cookie.encode())
         except (InvalidToken, AuthenticationError, ValueError, KeyError, TypeError):
             raise SignInRequired() from None
-        return Visitor(principal, self._name(principal), opened["csrf"], self.services)
+        if keys.session_ended(session, principal.tenant_id):
+            raise SignInRequired()
+        expires = datetime.fromtimestamp(sealed_at, UTC) + timedelta(seconds=SESSION_SECONDS)
+        return Visitor(principal, self._name(principal), opened["csrf"], self.services,
+                       session_id=session, expires_at=expires)
+
+    def sign_out(self, who: Visitor) -> None:
+        """End ``who``'s session for good: refused from now on, on every worker, even if its
+        cookie is sent again."""
+        if who.session_id and who.expires_at is not None:
+            self.services.keys.end_session(who.session_id, who.principal.tenant_id, who.expires_at)
 
     def _name(self, principal: Principal) -> str:
         found = [k.name for k in self.services.keys.list(principal.tenant_id)

@@ -5,7 +5,8 @@ returns its output; errors are answered by :mod:`services.entrypoints.errors`. T
 is fixed: the body's size (:class:`BodyLimit`, before it is read), its shape and the size limits of
 its text (no database work), then the key (``Authorization: Bearer <key>``), then the scope and
 the tenant, then the use case. ``/health`` says the process is up, ``/ready`` checks what serving
-needs, ``/metrics`` speaks Prometheus; OpenAPI is at ``/docs``.
+needs (to anyone, in fixed words), ``/metrics`` speaks Prometheus (to a key with ``memory:admin``
+or the metrics token); OpenAPI is at ``/docs``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from fastapi.security import HTTPAuthorizationCredentials
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from domain.errors import InvalidCommandError, PalimpsestError, PayloadTooLargeError
+from infra.redact import traced
 from services.bootstrap import Services
 from services.command.commands import WriteResult
 from services.console import mount_console
@@ -31,10 +33,11 @@ from services.entrypoints.api_erasure import erasure_routes
 from services.entrypoints.api_ingest import ingest_routes, review_routes
 from services.entrypoints.api_mem0 import mem0_routes
 from services.entrypoints.errors import answer
-from services.entrypoints.metrics import ApiMetrics, Timing
+from services.entrypoints.metrics import ApiMetrics, Timing, authorize_scrape
 from services.entrypoints.operations import OPERATIONS
 from services.entrypoints.params import CardId, IdempotencyKey, Key, KnownAt, MinPosition, ValidAt
 from services.entrypoints.readiness import readiness
+from services.entrypoints.review_ops import failure_routes
 from services.keys import Principal
 from services.query.slicing import CardCounts, CardPage, CardSlice
 
@@ -166,7 +169,7 @@ def _handle_errors(api: FastAPI) -> None:
     def respond(error: BaseException) -> JSONResponse:
         found = answer(error)
         if found.status >= 500 and not isinstance(error, PalimpsestError):
-            log.error("unexpected error answering a request", exc_info=error)
+            log.error("unexpected error answering a request: %s", traced(error))
         headers = {"WWW-Authenticate": "Bearer"} if found.status == 401 else None
         return JSONResponse(found.body(), status_code=found.status, headers=headers)
 
@@ -306,6 +309,7 @@ def _routes(api: FastAPI, call: Call, write: Write) -> None:  # noqa: C901 - one
 
     ingest_routes(api, call, write, v1)
     review_routes(api, call, v1)
+    failure_routes(api, call, v1)
 
 
 if TYPE_CHECKING:
@@ -338,8 +342,9 @@ def _probes(api: FastAPI, services: Services, metrics: ApiMetrics) -> None:
         report = readiness(services)
         return JSONResponse(report.to_dict(), status_code=200 if report.ready else 503)
 
-    @api.get("/metrics", tags=["probes"], summary="Prometheus metrics.",
-             response_class=PlainTextResponse)
-    def prometheus() -> Response:
+    @api.get("/metrics", tags=["probes"], summary="Prometheus metrics (a key with memory:admin, "
+             "or the metrics token).", response_class=PlainTextResponse)
+    def prometheus(key: Key) -> Response:
+        authorize_scrape(services, key.credentials if key else None)
         return Response(metrics.exposition(), media_type=metrics.content_type)
 

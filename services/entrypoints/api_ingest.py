@@ -27,7 +27,7 @@ def ingest_routes(api: FastAPI, call: Call, write: Call, v1: str) -> None:
     @api.get(v1 + "/ingest", response_model=IngestionsOutput, tags=["ingest"],
              summary=OPERATIONS["ingestions"].summary)
     def ingestions(key: Key, status: Annotated[str | None, Query(
-                       pattern="^(received|extracted|applied|dead_letter)$")] = None,
+                       pattern="^(received|extracted|applied|dead_letter|erased)$")] = None,
                    limit: Annotated[int, Query(ge=1, le=1_000)] = 100,
                    min_position: MinPosition = None) -> Any:
         return call("ingestions", key, {"status": status, "limit": limit,

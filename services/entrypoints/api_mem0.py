@@ -3,8 +3,10 @@
 operations every edge runs (``call``: shape, key, scope, tenant, then the use case) and answers in
 mem0's shapes. The key comes as mem0 sends it, ``Authorization: Token <key>`` (``Bearer`` works
 too). An error answers ``{"detail": …, "error": {code, message, retryable}}``: mem0's client reads
-``detail``, the code is ours. Forgetting (``delete``, ``delete_all``, an entity's deletion) is an
-erasure (DESIGN §7) and needs ``memory:erase``. A route mem0 has and we do not answers 501.
+``detail``, the code is ours. Forgetting is an erasure (DESIGN §7) with REST's scopes: ``delete``
+of one memory (a card, and with ``delete_linked`` those it replaced) needs ``memory:write``;
+``delete_all`` and an entity's deletion (a subject, a session, or every card an agent wrote) need
+``memory:erase``. A route mem0 has and we do not answers 501.
 
 The routes stay out of the OpenAPI document: their contract is mem0's (docs/mem0.md).
 """
@@ -198,7 +200,8 @@ class Surface:
         self.most = services.settings.max_content_chars
 
     def _erasing(self, key: Key) -> None:
-        """Forgetting here is an erasure: the key must hold ``memory:erase``."""
+        """Forgetting many memories at once (``delete_all``, an entity's deletion) is a bulk
+        erasure: the key must hold ``memory:erase``, whatever unit it comes down to."""
         require(self.keys.authenticate(key.credentials if key else None), "memory:erase")
 
     # --- writes ---------------------------------------------------------------------------
@@ -425,8 +428,8 @@ class Surface:
 
     def forget(self, key: Key, memory_id: UUID, linked: bool,
                idempotency: str | None) -> dict[str, Any]:
-        """One memory erased (``delete_linked``: with those it replaced, transitively)."""
-        self._erasing(key)
+        """One memory erased (``delete_linked``: with those it replaced, transitively): card
+        erasures, so ``memory:write`` as over REST (``forget`` checks it)."""
         targets = [memory_id]
         if linked:
             targets += [c.card_id for c in self.lineage(key, memory_id, older=True)

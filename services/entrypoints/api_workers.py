@@ -166,7 +166,7 @@ def run_api_worker(settings: Settings, fd: int, ready_fd: int | None = None,
 
     shutdown = process_shutdown("HTTP worker", settings)
     sock = socket.socket(fileno=fd)
-    services = build_services(settings)
+    services = build_services(settings, http=True)  # the HTTP role: the request's tenant only
     host, port = settings.api_host, sock.getsockname()[1]
     server = HttpServer(lambda: http_app(services, host, port, mcp)[0], host, port, sock=sock)
     try:

@@ -3,9 +3,11 @@ export the cards.
 
 ``forget`` erases one unit — a card, a slot, a subject, an ingested session, or the whole tenant —
 by destroying its keys (:mod:`services.command.erasure`); its answer carries the erasure's ``position``,
-so a read passing it as ``min_position`` sees the tombstones. A card, slot, subject or session
-needs ``memory:write``; the whole tenant needs ``memory:erase``, a scope granted only by name
-(``memory:admin`` does not hold it). Who asked is the key (``key <key id>``), never the body.
+so a read passing it as ``min_position`` sees the tombstones. The scope matches the harm: a card or
+a slot — what a writer can revise anyway — needs ``memory:write``; a subject, a session or the
+whole tenant — everything a person said, a whole conversation — needs ``memory:erase``, a scope
+granted only by name (``memory:admin`` does not hold it). Who asked is the key (``key <key id>``),
+never the body.
 ``erasures`` lists them, newest first; ``export`` answers a tenant's or a subject's cards as JSON
 lines (over REST streamed whole, ``GET /v1/export``; here bounded by ``limit``).
 """
@@ -38,9 +40,11 @@ Unit = Literal["card", "slot", "subject", "session", "tenant"]
 class ForgetInput(s.Request):
     """Which unit to forget, and why. A card: ``card_id``; a slot: ``slot_id``, or ``subject``
     and ``label`` (in ``scope``); a subject: ``subject``; an ingested session: ``session_id``;
-    the tenant: nothing more (a key with ``memory:erase``)."""
+    the tenant: nothing more. A card or a slot needs ``memory:write``; a subject, a session or
+    the tenant ``memory:erase``."""
 
-    unit: Unit = Field(description="card, slot, subject, session or tenant (memory:erase)")
+    unit: Unit = Field(description="card or slot (memory:write); subject, session or tenant "
+                       "(memory:erase)")
     card_id: UUID | None = None
     slot_id: UUID | None = None
     subject: str | None = Field(default=None, min_length=1, max_length=200)
@@ -104,8 +108,14 @@ def forget(services: Services, who: Principal, data: ForgetInput) -> ErasureResu
     return result
 
 
+#: The units a key with ``memory:write`` alone may erase; every other needs ``memory:erase``.
+WRITE_UNITS = frozenset({"card", "slot"})
+
+
 def forget_scope(data: ForgetInput) -> str:
-    return ERASE if data.unit == "tenant" else WRITE
+    """The scope an erasure needs: a card or a slot ``memory:write``; a subject, a session or the
+    tenant — many cards at once, a person's or a conversation's — ``memory:erase``."""
+    return WRITE if data.unit in WRITE_UNITS else ERASE
 
 
 def erasures(services: Services, who: Principal, data: ErasuresInput) -> ErasuresOutput:
@@ -139,9 +149,10 @@ def export(services: Services, who: Principal, data: ExportInput) -> ExportOutpu
 
 
 ERASURE_OPERATIONS: tuple[Operation[Any, Any], ...] = (
-    Operation("forget", "Forget a card, a slot, a subject, an ingested session or (with "
-              "memory:erase) the whole tenant: its keys are destroyed, its cards become "
-              "tombstones everywhere; the erasure itself is kept (who, when, why, which unit).",
+    Operation("forget", "Forget a card or a slot (memory:write), or a subject, an ingested "
+              "session or the whole tenant (memory:erase): its keys are destroyed, its cards "
+              "become tombstones everywhere; the erasure itself is kept (who, when, why, which "
+              "unit).",
               ForgetInput, ErasureResult, WRITE, forget, destructive=True, idempotent=True,
               scope_of=forget_scope),
     Operation("erasures", "The erasures carried out, newest first: unit, who asked, when, the "

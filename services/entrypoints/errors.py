@@ -17,12 +17,13 @@ from pydantic import ValidationError
 
 from domain import errors as e
 from infra.embedders import EmbeddingError, EmbeddingUnavailableError
-from infra.keyring import MasterKeyError, MissingKeyError
+from infra.keyring import MasterKeyError, MissingKeyError, UnitErasedError
 from infra.llm import LLMError
 from infra.locale_check import UnsupportedLocaleError
 from projections.bulk import RowsRefusedError
 from projections.failures import ParkedEventNotFoundError
 from projections.projector import ProjectionError, ProjectionUnavailableError
+from services.command.failures import ParkedRequestNotFoundError
 from services.ingest.extraction import ExtractionFailed
 from services.query.timeexpr import AmbiguousTimeError
 
@@ -59,8 +60,10 @@ STATUS: dict[type[e.PalimpsestError], tuple[int, str]] = {
     e.InvalidTransitionError: (409, "invalid_transition"),
     e.NotFoundError: (404, "not_found"),
     e.CardNotFoundError: (404, "card_not_found"),
+    UnitErasedError: (404, "unit_erased"),
     e.ArbitrationCaseNotFoundError: (404, "arbitration_case_not_found"),
     ParkedEventNotFoundError: (404, "parked_event_not_found"),
+    ParkedRequestNotFoundError: (404, "parked_request_not_found"),
     e.ConflictError: (409, "conflict"),
     e.StaleCardError: (409, "stale_card"),
     e.ConcurrentWriteError: (409, "concurrent_write"),

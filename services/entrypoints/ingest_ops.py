@@ -66,8 +66,8 @@ class IngestOutput(BaseModel):
 
 
 class IngestionsInput(s.Read):
-    status: str | None = Field(default=None, description="received, extracted, applied or "
-                               "dead_letter (the turns to re-run)")
+    status: str | None = Field(default=None, description="received, extracted, applied, "
+                               "dead_letter (the turns to re-run) or erased")
     limit: int = Field(default=100, ge=1, le=1_000)
 
 
@@ -121,7 +121,7 @@ INGEST_OPERATIONS: tuple[Operation[Any, Any], ...] = (
               "card, then its cards are extracted in the background (answers never wait).",
               IngestInput, IngestOutput, WRITE, ingest, idempotent=True),
     Operation("ingestions", "Ingested turns and where each stands (received, extracted, applied, "
-              "dead_letter), with counts and whether extraction is on.", IngestionsInput,
+              "dead_letter, erased), with counts and whether extraction is on.", IngestionsInput,
               IngestionsOutput, READ, ingestions, read_only=True, idempotent=True),
     Operation("rerun_ingestion", "Re-run a dead-lettered turn's extraction.", RerunInput,
               WriteResult, WRITE, rerun),

@@ -53,6 +53,7 @@ from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from domain.errors import AuthenticationError, PalimpsestError
+from infra.redact import traced
 from infra.settings import Settings
 from services.bootstrap import Services
 from services.entrypoints.errors import answer, tool_error_text
@@ -225,7 +226,7 @@ def _error(tool: str, error: Exception) -> CallToolResult:
     text shows the same JSON)."""
     found = answer(error)
     if found.status >= 500:
-        log.error("MCP tool %s failed", tool, exc_info=error)
+        log.error("MCP tool %s failed: %s", tool, traced(error))
     body = found.body()
     return CallToolResult(content=[TextContent(type="text", text=json.dumps(body, ensure_ascii=False))],
                           structured_content=body, is_error=True)
@@ -252,7 +253,7 @@ class BearerKey:
             principal = await anyio.to_thread.run_sync(self.authenticate, secret)
         except Exception as error:  # a bad key, or a key store that cannot answer (503)
             if not isinstance(error, PalimpsestError):
-                log.error("checking an MCP request's key failed", exc_info=error)
+                log.error("checking an MCP request's key failed: %s", traced(error))
             await refusal(error)(scope, receive, send)
             return
         token = AccessToken(token=principal.key_id, client_id=principal.key_id,

@@ -7,10 +7,15 @@ Under ``serve``'s HTTP workers the histograms are prometheus_client's multiproce
 worker writes its own file in the folder ``PROMETHEUS_MULTIPROC_DIR`` names (``serve`` makes one
 per start) and a scrape, whichever worker takes it, sums every worker's, a worker restarted
 included; the breakers are the scraped worker's.
+
+A scrape shows the whole log's head and every projection's lag, other tenants' activity included,
+so it is not public: :func:`authorize_scrape` lets in a key holding ``memory:admin``, or the
+bearer token ``PALIMPSEST_METRICS_TOKEN`` names (what Prometheus is given instead of a key).
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import os
 import time
@@ -22,7 +27,9 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
+from infra.redact import described
 from services.entrypoints import schemas as s
+from services.keys import require
 
 if TYPE_CHECKING:
     from services.bootstrap import Services
@@ -31,6 +38,16 @@ log = logging.getLogger(__name__)
 
 #: Route reports that measured the route (the others did not run it).
 _RAN = ("ok", "timeout", "error")
+
+
+def authorize_scrape(services: Services, secret: str | None) -> None:
+    """Let a scrape in with the metrics token of the settings, or a key holding ``memory:admin``;
+    AuthenticationError (401) without a live key, PermissionDeniedError (403) without the scope."""
+    token = services.settings.metrics_token
+    expected = token.get_secret_value() if token is not None else ""
+    if expected and secret and hmac.compare_digest(secret.encode(), expected.encode()):
+        return
+    require(services.keys.authenticate(secret), "memory:admin")
 
 
 class ApiMetrics:
@@ -116,7 +133,7 @@ class _Live(Collector):
         try:
             found = read_status(self.services.monitor, self.services.settings)
         except Exception as exc:  # a scrape reports what it can; the database's state is /ready's
-            log.warning("metrics: the projection's bookkeeping could not be read: %s", exc)
+            log.warning("metrics: the projection's bookkeeping could not be read: %s", described(exc))
             return
         yield GaugeMetricFamily("palimpsest_log_head", "Newest notification id in the event log.",
                                 value=found.head)

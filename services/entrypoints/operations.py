@@ -35,7 +35,7 @@ from services.entrypoints.erasure_ops import ERASURE_OPERATIONS
 from services.entrypoints.ingest_ops import INGEST_OPERATIONS
 from services.entrypoints.operation import Operation, fresh
 from services.entrypoints.retention_ops import RETENTION_OPERATIONS
-from services.entrypoints.review_ops import REVIEW_OPERATIONS
+from services.entrypoints.review_ops import PARKED_OPERATIONS, REVIEW_OPERATIONS
 from services.ingest.extraction import extraction_off_reason
 from services.keys import Principal
 from services.query import slicing
@@ -223,25 +223,25 @@ def arbitrations(services: Services, who: Principal,
 
 
 def status(services: Services, who: Principal, data: s.StatusInput) -> s.StatusOutput:
-    from projections.status import read_status
+    """The tenant's own figures, read as the tenant (the HTTP role holds no cross-tenant view)."""
+    from projections.status import tenant_pipeline
 
-    projected = services.queries.read.projected(who.tenant_id)
+    read = services.queries.read
+    with read.tenant(who.tenant_id) as conn:
+        projected = read.position(conn, who.tenant_id)
+        own = tenant_pipeline(conn, services.settings, who.tenant_id, projected)
     services.pending.projected(who.tenant_id, projected)
-    pipeline, parked = None, 0
-    if services.monitor is not None:
-        found = read_status(services.monitor, services.settings)
-        projection = found.projections[0]
-        parked = sum(1 for f in projection.failures if f["tenant_id"] == who.tenant_id)
-        pipeline = s.PipelineStatus(head=found.head, projection_lag=projection.lag,
-                                    relay_lag=found.relay_lag,
-                                    liveness={role: part.state for role, part in found.liveness.items()})
+    pipeline = s.PipelineStatus(head=own.head, projection_lag=own.projection_lag,
+                                projected_at=own.projected_at,
+                                embeddings_pending=own.embeddings_pending,
+                                requests_pending=own.requests_pending, liveness=own.liveness)
     note = extraction_off_reason(services.settings)
     ingest = s.IngestStatus(extraction=note is None, note=note,
                             turns=services.queries.ingest_counts(who.tenant_id))
     return s.StatusOutput(tenant_id=who.tenant_id, key_id=who.key_id, scopes=sorted(who.scopes),
                           projected_position=projected,
-                          pending_writes=len(services.pending.of(who.tenant_id)), parked=parked,
-                          pipeline=pipeline, ingest=ingest)
+                          pending_writes=len(services.pending.of(who.tenant_id)),
+                          parked=own.parked, pipeline=pipeline, ingest=ingest)
 
 
 def list_cards(services: Services, who: Principal, data: s.CardsInput) -> CardPage:
@@ -302,9 +302,9 @@ OPERATIONS: dict[str, Operation[Any, Any]] = _table(
               s.ArbitrateInput, WriteResult, ADMIN, arbitrate, destructive=True),
     Operation("context", "A search rendered as the prompt blocks an LLM reads.", s.ContextInput,
               s.ContextOutput, READ, context, read_only=True, idempotent=True),
-    Operation("status", "This tenant's projection position, pending writes and parked events, and "
-              "the pipeline's liveness.", s.StatusInput, s.StatusOutput, READ, status,
-              read_only=True, idempotent=True),
+    Operation("status", "This tenant's projection position and lag, pending writes, parked "
+              "events and requests, and the pipeline's liveness.", s.StatusInput, s.StatusOutput,
+              READ, status, read_only=True, idempotent=True),
     Operation("list_cards", "Cards filtered along the six axes (kind and type, time, scope, "
               "source, confidence, relation, concept), as of any moment, a page at a time.",
               s.CardsInput, CardPage, READ, list_cards, read_only=True, idempotent=True),
@@ -312,6 +312,7 @@ OPERATIONS: dict[str, Operation[Any, Any]] = _table(
               CardCounts, READ, count_cards, read_only=True, idempotent=True),
     *INGEST_OPERATIONS,
     *REVIEW_OPERATIONS,
+    *PARKED_OPERATIONS,
     *ERASURE_OPERATIONS,
     *RETENTION_OPERATIONS,
 )

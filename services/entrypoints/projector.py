@@ -22,6 +22,7 @@ from infra.heartbeats import Beat
 from infra.locale_check import check_cjk_support
 from infra.postgres import Database, admin_database, bootstrap, projector_database, vector_index_kind
 from infra.processes import Kafka, heartbeats, process_shutdown, wait_for_broker, watch
+from infra.redact import described
 from infra.settings import Settings
 from infra.supervision import Shutdown
 from projections.faust_app import FAILED_EXIT, Outcome, create_faust_app
@@ -148,7 +149,7 @@ def _run_worker(worker_app: faust.App, shutdown: Shutdown, outcome: Outcome) -> 
             worker.execute_from_commandline()
     except Exception as error:  # Faust re-raises what crashed it
         if not shutdown.stop.is_set():
-            log.error("the Kafka consumer stopped: %s: %s", type(error).__name__, error)
+            log.error("the Kafka consumer stopped: %s", described(error))
             return True
     if shutdown.stop.is_set() or outcome.failed is not None:
         return False

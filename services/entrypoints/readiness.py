@@ -2,10 +2,15 @@
 role is held by row-level security (forced on every read-model table, no bypass), the event log's
 append-only triggers are in place, the database's
 locale keeps Chinese fuzzy matching working, and the broker answers (when one is configured or the
-data folder says one runs)."""
+data folder says one runs).
+
+It answers anyone (a load balancer, a healthcheck): each check says ready or not and why in fixed
+words, never an exception's message, an address or a name of the database; what failed in detail
+goes to the server's log."""
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +26,8 @@ from projections.schema import TABLES
 
 if TYPE_CHECKING:
     from services.bootstrap import Services
+
+log = logging.getLogger(__name__)
 
 _SECURED = """SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = %s AND c.relname = ANY(%s) AND c.relrowsecurity AND c.relforcerowsecurity"""
@@ -61,7 +68,9 @@ def readiness(services: Services) -> Readiness:
             report.checks["append_only"] = _guards(conn, services.settings.event_schema)
             report.checks["locale"] = _locale(conn)
     except (psycopg.Error, OSError) as exc:
-        report.checks["database"] = Check(False, f"unreachable: {type(exc).__name__}: {exc}")
+        log.warning("ready: the database does not answer as the runtime role (%s)",
+                    type(exc).__name__)
+        report.checks["database"] = Check(False, "does not answer as the runtime role")
     report.checks["broker"] = _broker(services)
     report.checks["extraction"] = _extraction(services)
     return report
@@ -75,7 +84,7 @@ def _extraction(services: Services) -> Check:
     off = extraction_off_reason(services.settings)
     if off is not None:
         return Check(True, off)
-    return Check(True, f"on: {services.settings.llm_model} at {services.settings.llm_base_url}")
+    return Check(True, "on: turns' cards are extracted")
 
 
 def _rls(conn: psycopg.Connection[Any], schema: str) -> Check:
@@ -105,8 +114,10 @@ def _locale(conn: psycopg.Connection[Any]) -> Check:
     finally:
         conn.row_factory = rows
     if report.problems:
-        return Check(False, f"{report.describe()}: " + "; ".join(report.problems))
-    return Check(True, report.describe())
+        log.warning("ready: %s: %s", report.describe(), "; ".join(report.problems))
+        return Check(False, "the database's locale breaks Chinese fuzzy matching (the server's "
+                     "log says how)")
+    return Check(True, "the database's locale keeps Chinese fuzzy matching working")
 
 
 def _broker(services: Services, connect: Callable[..., Any] = socket.create_connection) -> Check:
@@ -122,7 +133,8 @@ def _broker(services: Services, connect: Callable[..., Any] = socket.create_conn
         host, _, port = each.strip().rpartition(":")
         try:
             connect((host or "127.0.0.1", int(port)), timeout=1.0).close()
-            return Check(True, f"{each.strip()} answers")
+            return Check(True, "answers")
         except (OSError, ValueError) as exc:
-            failures.append(f"{each.strip()}: {exc}")
-    return Check(False, "unreachable: " + "; ".join(failures))
+            failures.append(type(exc).__name__)
+    log.warning("ready: no broker answers (%s)", ", ".join(failures))
+    return Check(False, f"unreachable: none of its {len(failures)} address(es) answers")

@@ -259,9 +259,19 @@ class ArbitrationsOutput(Answered):
 
 
 class PipelineStatus(BaseModel):
+    """The pipeline as the key's tenant sees it: its own events only, never the log's head nor
+    another tenant's activity (decision 0018)."""
+
+    #: The newest notification id of this tenant's events in the log.
     head: int
+    #: This tenant's events the read models do not hold yet.
     projection_lag: int
-    relay_lag: int | None
+    #: When the read models last moved this tenant's position (null: never).
+    projected_at: datetime | None = None
+    #: This tenant's cards waiting for their vectors.
+    embeddings_pending: int = 0
+    #: This tenant's requests to retry or skip a parked event not carried out yet.
+    requests_pending: int = 0
     #: broker / relay / projector → alive, dead or unknown (from their heartbeats).
     liveness: dict[str, str]
 
@@ -270,7 +280,7 @@ class IngestStatus(BaseModel):
     #: Whether turns' cards are extracted (an LLM configured), and if not, how to turn it on.
     extraction: bool
     note: str | None = None
-    #: This tenant's ingested turns per status: received, extracted, applied, dead_letter.
+    #: This tenant's ingested turns per status: received, extracted, applied, dead_letter, erased.
     turns: dict[str, int]
 
 

@@ -55,6 +55,8 @@ log = logging.getLogger(__name__)
 
 #: The tenant of the key ``serve`` makes on the embedded default's first start.
 DEFAULT_TENANT = "local"
+#: The scopes of the key ``serve`` makes for the ``local`` tenant: all of them (the tour erases).
+NEWCOMER_SCOPES = ("memory:read", "memory:write", "memory:admin", "memory:erase")
 #: That key's name in ``palimpsest keys list``.
 DEFAULT_KEY_NAME = "made by palimpsest serve"
 #: A stop not done by then is forced (:class:`Shutdown`): the projector, told at once, has
@@ -101,12 +103,13 @@ class Endpoints:
 
 def default_key(keys: Any, tenant_id: str = DEFAULT_TENANT) -> tuple[str, str | None]:
     """The default tenant's key: ``(key id, secret)`` when made now, ``(key id, None)`` when one
-    exists (a secret is never shown twice)."""
+    exists (a secret is never shown twice). It is the newcomer's own, on their own tenant: every
+    scope, ``memory:erase`` included, so the tour's erasures run with it; an agent is given a key
+    made without ``memory:erase`` (``palimpsest keys create``)."""
     for info in keys.list(tenant_id):
         if info.revoked_at is None:
             return info.key_id, None
-    info, secret = keys.create(tenant_id, ("memory:read", "memory:write", "memory:admin"),
-                               DEFAULT_KEY_NAME)
+    info, secret = keys.create(tenant_id, NEWCOMER_SCOPES, DEFAULT_KEY_NAME)
     return info.key_id, secret
 
 
@@ -141,24 +144,27 @@ class Service:
         self._started: list[Callable[[], None]] = []
 
     def start(self) -> Endpoints:
-        from services.bootstrap import Background, build_background, build_services
+        from services.bootstrap import build_background, build_services
 
         extra = {"clock": self.clock} if self.clock is not None else {}
         try:
             self.settings = prepare(self.settings)  # starts the embedded PostgreSQL
             self._started.append(self._leave)
-            if isinstance(self.http, ApiWorkers):
-                self.background = build_background(self.settings, **extra)
-            else:
-                self.services = build_services(self.settings, **extra)
-                self.background = Background.of(self.services)
-                self._started.append(self.services.close)
+            self.background = build_background(self.settings, **extra)
             self._started.append(self.background.close)
+            if not isinstance(self.http, ApiWorkers):  # this process answers: as the HTTP role
+                self.services = build_services(self.settings, http=True, **extra)
+                self._started.append(self.services.close)
             if self.settings.serve_pipeline:
                 self.pipeline = Pipeline(self.settings, self.shutdown, self.background.app.recorder)
                 self._started.append(self.pipeline.close)
             self._start_consolidation(self.background)
             self._start_retention(self.background)
+            if self.background.monitor is not None:  # the HTTP processes' parked-event requests
+                from projections.worker import start_requests
+
+                start_requests(self.settings, self.background.app, self.background.monitor,
+                               self.shutdown.stop)
             key_id, secret = default_key(self.background.keys) if self.make_key else (None, None)
             self.shutdown.on_stop(self.http.request_stop)
             self.http.start()

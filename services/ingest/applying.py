@@ -36,10 +36,10 @@ from domain.proposal import Proposal
 from domain.receipt import Receipt
 from domain.rules.validation import check_fields
 from domain.values import Edge
+from infra.redact import described
 from services.command.commands import Remember, WriteResult
 from services.ingest.admission import near_twin, twin_proposal
 from services.ingest.extraction import TurnToExtract, plan_commands
-from services.ingest.resolution import USER
 
 if TYPE_CHECKING:
     from services.command.memory import Palimpsest
@@ -74,7 +74,7 @@ def decide_turns(app: Palimpsest, tenant_id: str, turns: Sequence[tuple[UUID, Re
             return _decide_turns(app, tenant_id, turns, now, receipts, left_out, loaded)
         except _Refused as refused:
             log.warning("ingest: turn %s: candidate %d left out: %s", refused.ingestion_id,
-                        refused.index, refused)
+                        refused.index, described(refused.__cause__ or refused))
             left_out.add((refused.ingestion_id, refused.index))
 
 
@@ -138,7 +138,7 @@ def turn_of(ingestion: Ingestion) -> TurnToExtract:
         tenant_id=ingestion.tenant_id, ingestion_id=ingestion.id, session_id=ingestion.session_id,
         turn_id=ingestion.turn_id, role=ingestion.role, agent_id=ingestion.agent_id,
         text=ingestion.text, said_at=ingestion.said_at, timezone=ingestion.timezone,
-        event_card_id=ingestion.event_card_id, speaker=ingestion.speaker or USER)
+        event_card_id=ingestion.event_card_id, speaker=ingestion.subject)
 
 
 def _receipt(app: Palimpsest, tenant_id: str, command: Remember) -> WriteResult | None:
@@ -169,7 +169,7 @@ def _twin(app: Palimpsest, tenant_id: str, command: Remember, card_id: UUID,
     except _TRANSIENT:
         raise
     except PalimpsestError as error:
-        log.warning("ingest: no twin proposal for card %s: %s", card_id, error)
+        log.warning("ingest: no twin proposal for card %s: %s", card_id, described(error))
         return []
 
 

@@ -20,11 +20,13 @@ from typing import Any
 from uuid import UUID
 
 from domain.base import derived_id
+from domain.erased import is_erased
 from domain.event_card import EventCard
 from domain.ingestion import Ingestion, Role, check_zone, parse_role
 from domain.rules.tags import normalise_tags
 from domain.rules.validation import check_content, check_fields, check_not_future, check_slot_part
 from domain.values import Provenance, Scope, ScopeKind, Source
+from infra.keyring import UnitErasedError
 from services.command.commands import (
     Command,
     IngestResult,
@@ -118,12 +120,15 @@ class IngestCommands(ExtractionRecords):
 
     def ingest_rerun(self, tenant_id: str, ingestion_id: UUID, requested_by: str,
                      request_id: str | None = None) -> WriteResult:
-        """Hand a dead-lettered turn to the worker again (only a dead-lettered one)."""
+        """Hand a dead-lettered turn to the worker again (only a dead-lettered one, and not one
+        an erasure took: ``UnitErasedError``)."""
         command = RerunIngestion(ingestion_id=ingestion_id, requested_by=requested_by,
                                  request_id=request_id)
 
         def decide(now: datetime):  # type: ignore[no-untyped-def]
             ingestion = self._ingestion(tenant_id, ingestion_id)
+            if is_erased(ingestion.text):  # an erasure took it: nothing is extracted from it again
+                raise UnitErasedError(tenant_id, "turn", ingestion_id)
             ingestion.request_rerun(command.requested_by, now)
             return [ingestion], where_it_stands(ingestion)
 

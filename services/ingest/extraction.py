@@ -26,6 +26,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from domain.errors import PalimpsestError
 from infra.llm import ChatModel, LLMError, Mode, create_chat_model
+from infra.redact import described, said
 from projections.text import fold
 from services.command.commands import Remember
 from services.ingest.candidates import (
@@ -74,7 +75,8 @@ class TurnToExtract:
         try:
             return ZoneInfo(self.timezone)
         except (ZoneInfoNotFoundError, ValueError):
-            log.warning("ingest: unknown time zone %r for turn %s; using UTC", self.timezone, self.turn_id)
+            log.warning("ingest: unknown time zone (%s) for turn %s; using UTC", said(self.timezone),
+                        self.turn_id)
             return ZoneInfo("UTC")
 
     @property
@@ -296,17 +298,17 @@ class Extractor:
                 answer, mode = self.model.complete_json(system, user, CANDIDATES_SCHEMA, SCHEMA_NAME)
                 raw = candidates_of(answer)
             except LLMError as failed:
-                error = str(failed)
+                error, kind = str(failed), f"LLMError ({failed.failure}, {failed.status_code})"
                 if not failed.retryable:
                     raise ExtractionFailed(error, attempt) from failed
             except GarbageAnswer as garbage:
-                error = str(garbage)
+                error, kind = str(garbage), described(garbage)
             else:
                 return self._validated(turn, raw, mode, attempt)
             if attempt <= self.retries:
                 pause = self.pause(attempt)
                 log.warning("ingest: extraction of turn %s/%s failed (attempt %d): %s; again in %.2f s",
-                            turn.session_id, turn.turn_id, attempt, error, pause)
+                            turn.session_id, turn.turn_id, attempt, kind, pause)
                 self._sleep(pause)
         raise ExtractionFailed(error, self.retries + 1)
 
@@ -319,7 +321,8 @@ class Extractor:
     def _validated(self, turn: TurnToExtract, raw: list[Any], mode: Mode, attempts: int) -> Extraction:
         checked = validate_all(raw, turn.text, turn.said_at, turn.zone, self.policy)
         for reason in checked.dropped:
-            log.warning("ingest: turn %s/%s: %s; dropped", turn.session_id, turn.turn_id, reason)
+            log.warning("ingest: turn %s/%s: a candidate dropped by validation (%s)",
+                        turn.session_id, turn.turn_id, said(reason))
         return Extraction(candidates=checked.candidates, model=self.model.model, attempts=attempts,
                           mode=mode, dropped=checked.dropped)
 

@@ -31,6 +31,13 @@ version in the store deciding, every turn's cards exist exactly once. When a rou
 answer first, waited out with backoff and the batch held: the model is not asked again. A
 candidate the domain refuses (a value in the future, a bad slot) is left out with a log line,
 the turn's other candidates applied.
+
+A turn an erasure took (its key destroyed: its text reads as erased) is ``erased``: the model is
+not asked, and an extraction in flight when the erasure lands writes nothing — its save is
+refused whole by the key ring (``UnitErasedError``: no key of an erased unit is made again, and a
+save sealed under a key destroyed since is refused in its own transaction), the round's other
+turns are saved one at a time, and the ingestion says ``erased`` (its read model row, as the
+erasure left it), never applied nor dead-lettered.
 """
 
 from __future__ import annotations
@@ -45,8 +52,11 @@ from functools import partial
 from typing import Any, TypeVar
 from uuid import UUID
 
+from domain.erased import is_erased
 from domain.errors import ConcurrentWriteError, StoreUnavailableError
 from domain.ingestion import Ingestion
+from infra.keyring import UnitErasedError
+from infra.redact import described
 from infra.relay_messages import RelayError, decode_messages
 from services.ingest.admission import Admission
 from services.ingest.applying import turn_of
@@ -91,6 +101,7 @@ class IngestWorker:
         self.max_backoff = max_backoff
         self.applied = 0
         self.dead_lettered = 0
+        self.erased = 0
         self._stop = threading.Event()
         self._sleep = sleep or self._stop.wait
 
@@ -105,7 +116,7 @@ class IngestWorker:
         try:
             messages = decode_messages(value)
         except RelayError as error:
-            log.error("ingest: a message that is no relayed event, left alone: %s", error)
+            log.error("ingest: a message that is no relayed event, left alone: %s", described(error))
             return []
         turns = []
         for message in messages:
@@ -144,7 +155,10 @@ class IngestWorker:
             round_ = [self._until_done(ingestion_id, partial(self._load, tenant, ingestion_id))
                       for tenant, ingestion_id in turns]  # meanwhile
             waited.result()
-        asking = [item for item in round_ if item.ingestion.status == "received"
+        for item in round_:
+            if item.ingestion.status == "received" and is_erased(item.ingestion.text):
+                item.status = self._erased(item)  # taken by an erasure: nothing to ask
+        asking = [item for item in round_ if not item.status and item.ingestion.status == "received"
                   and item.ingestion.role in self.shown.roles]
         self._show(asking)
         self._each(self._ask, asking)
@@ -187,7 +201,7 @@ class IngestWorker:
         are left to :meth:`_settle`, one at a time."""
         tenants: dict[str, list[tuple[RoundTurn, TurnExtraction]]] = {}
         for item in round_:
-            if (extraction := extraction_of(item, self.shown.roles)) is not None:
+            if not item.status and (extraction := extraction_of(item, self.shown.roles)) is not None:
                 tenants.setdefault(item.tenant_id, []).append((item, extraction))
 
         def save(group: list[tuple[RoundTurn, TurnExtraction]]) -> None:
@@ -196,7 +210,13 @@ class IngestWorker:
                 results = self.app.apply_extractions(tenant_id, [e for _, e in group])
             except TRANSIENT as error:
                 log.warning("ingest: %d turn(s) wait for the store (%s); saved one at a time",
-                            len(group), error)
+                            len(group), described(error))
+                for item, _ in group:
+                    item.retried = True
+                return
+            except UnitErasedError as erased:  # which turn: each is saved alone
+                log.info("ingest: a save of %d turn(s) met an erasure (%s %s); saved one at a time",
+                         len(group), erased.kind, erased.unit_id)
                 for item, _ in group:
                     item.retried = True
                 return
@@ -214,6 +234,8 @@ class IngestWorker:
             except TRANSIENT:
                 item.retried = True
                 raise
+            except UnitErasedError as erased:
+                return self._erased_or_again(item, erased)
 
         item.status = self._until_done(item.ingestion_id, step)
 
@@ -223,6 +245,8 @@ class IngestWorker:
         if item.retried:
             item.ingestion = self._load(item.tenant_id, item.ingestion_id).ingestion
         ingestion, tenant_id = item.ingestion, item.tenant_id
+        if ingestion.status == "received" and is_erased(ingestion.text):
+            return self._erased(item)
         if ingestion.status == "received" and item.failed is not None:
             return self._dead_letter(item, item.failed)
         if (extraction := extraction_of(item, self.shown.roles)) is not None:
@@ -247,8 +271,27 @@ class IngestWorker:
         self.app.record_dead_letter(item.tenant_id, item.ingestion_id, str(failed), failed.attempts)
         self.dead_lettered += 1
         log.warning("ingest: turn %s/%s dead-lettered after %d attempt(s): %s",
-                    item.turn.session_id, item.turn.turn_id, failed.attempts, failed)
+                    item.turn.session_id, item.turn.turn_id, failed.attempts, described(failed))
         return "dead_letter"
+
+    def _erased(self, item: RoundTurn) -> str:
+        """The turn was erased before its extraction was saved: nothing is written for it."""
+        self.erased += 1
+        log.info("ingest: turn %s was erased: its extraction writes nothing", item.ingestion_id)
+        return "erased"
+
+    def _erased_or_again(self, item: RoundTurn, erased: UnitErasedError) -> str:
+        """A save of the turn refused as written under an erased unit: if the unit is the turn
+        (its text reads as erased once this process's decoded copies are dropped), ``erased``;
+        else (a slot a candidate wrote to was erased meanwhile) the turn is decided again, on
+        what the store holds now."""
+        self.app._forget_erased()
+        item.ingestion = self._load(item.tenant_id, item.ingestion_id).ingestion
+        if is_erased(item.ingestion.text):
+            return self._erased(item)
+        item.retried = True
+        raise ConcurrentWriteError(f"turn {item.ingestion_id}: a write under the erased "
+                                   f"{erased.kind} {erased.unit_id}; decided again") from erased
 
     def _wrote(self, tenant_id: str, result: Any) -> None:
         position = getattr(result, "position", None) or 0
@@ -263,7 +306,7 @@ class IngestWorker:
                 return step()
             except TRANSIENT as error:
                 log.warning("ingest: turn %s waits for the store (%s); again in %.1f s",
-                            ingestion_id, error, pause)
+                            ingestion_id, described(error), pause)
                 if self._sleep(pause * random.uniform(0.5, 1.0)):
                     raise
                 pause = min(pause * 2, self.max_backoff)

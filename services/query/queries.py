@@ -247,8 +247,8 @@ class Queries:
 
     def ingestions(self, tenant_id: str, status: str | None = None,
                    limit: int = 100) -> list[IngestionRecord]:
-        """The tenant's ingested turns, newest first (``status``: received, extracted, applied or
-        dead_letter — the dead letters to re-run), at most ``limit`` (1–1000)."""
+        """The tenant's ingested turns, newest first (``status``: received, extracted, applied,
+        dead_letter — the dead letters to re-run — or erased), at most ``limit`` (1–1000)."""
         if status is not None:
             try:
                 status = IngestStatus(status).value

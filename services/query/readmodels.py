@@ -76,7 +76,8 @@ class IngestionRecord(BaseModel):
     said_at: datetime
     timezone: str
     received_at: datetime
-    #: received | extracted | applied | dead_letter
+    #: received | extracted | applied | dead_letter | erased (an erasure took the turn: its
+    #: extraction, in flight or later, writes nothing)
     status: str
     attempts: int
     error: str | None

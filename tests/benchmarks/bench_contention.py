@@ -35,6 +35,7 @@ from domain.errors import PalimpsestError
 from domain.slot import Slot
 from infra.postgres import admin_database, bootstrap, stop_embedded
 from infra.settings import Settings
+from services.command.keyed_ids import ids_key
 from services.command.memory import Palimpsest
 from services.factory import create_app
 from tests.benchmarks.folders import bench_folder
@@ -140,7 +141,8 @@ def in_threads(settings: Settings, option: str, tenant: str, writers: int, count
 def slot_after(settings: Settings, tenant: str) -> tuple[int, int, int]:
     app = create_app(settings)
     try:
-        slot_id = Slot.create_id(tenant, state("address", "x").parsed_scope(), "user", "address")
+        slot_id = Slot.create_id(ids_key(app.keyring, tenant), tenant,
+                                 state("address", "x").parsed_scope(), "user", "address")
         slot = app.load(tenant, slot_id, Slot)
         return (len(slot.current_cards), len(slot.pending),
                 sum(len(proposals) for proposals in slot.pending.values()))

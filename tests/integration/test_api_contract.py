@@ -115,6 +115,13 @@ def _erased(*cards: str, unit: str = "card") -> Callable[[World, Any], None]:
     return check
 
 
+def _not_found(code: str) -> Callable[[World, Any], None]:
+    def check(world: World, response: Any) -> None:
+        assert response.status_code == 404, response.text
+        assert response.json()["error"]["code"] == code
+    return check
+
+
 def _exported(world: World, response: Any) -> None:
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("application/x-ndjson")
@@ -202,6 +209,16 @@ ENDPOINTS = [
                                 review="rejected"),
              body=lambda w: {"reviews": [{"proposal_id": w.proposal["proposal_id"],
                                           "decision": "reject", "note": "two different cards"}]}),
+    Endpoint("parked_events", "GET", lambda w: "/v1/failures", "memory:read",
+             lambda w, r: _same(ok(r), events=[], requests=[])),
+    # the world parks nothing: a retry, a skip or a request of it is not found (the requests
+    # carried out: tests/integration/test_failures_rest.py)
+    Endpoint("parked_request", "GET", lambda w: f"/v1/failures/requests/{MISSING}", "memory:read",
+             _not_found("not_found")),
+    Endpoint("retry_parked", "POST", lambda w: "/v1/failures/999999999/retry", "memory:admin",
+             _not_found("parked_event_not_found"), body=lambda w: {}),
+    Endpoint("skip_parked", "POST", lambda w: "/v1/failures/999999999/skip", "memory:admin",
+             _not_found("parked_event_not_found"), body=lambda w: {"reason": "obsolete"}),
     Endpoint("forget card", "DELETE", lambda w: f"/v1/cards/{w.state['card_id']}",
              "memory:write", _erased(), names_id=True, operation="forget"),
     Endpoint("forget", "POST", lambda w: "/v1/erasures", "memory:write",

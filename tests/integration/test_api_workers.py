@@ -25,11 +25,14 @@ from tests.integration.test_serve import STOP_SECONDS, Served, values, wait_read
 
 pytestmark = pytest.mark.integration
 
+#: What Prometheus would be given to scrape ``/metrics`` with (``PALIMPSEST_METRICS_TOKEN``).
+METRICS_TOKEN = "scrape-" + uuid4().hex
+
 
 @pytest.fixture(scope="module")
 def two(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, dict[str, str]]]:
     served = Served(tmp_path_factory.mktemp("workers"))
-    served.extra = {"PALIMPSEST_API_WORKERS": "2"}
+    served.extra = {"PALIMPSEST_API_WORKERS": "2", "PALIMPSEST_METRICS_TOKEN": METRICS_TOKEN}
     started = served.start()
     yield served, started
     served.close()
@@ -84,7 +87,7 @@ def health_checks_counted(url: str) -> float:
     """``GET /health`` answered 200, as ``/metrics`` counts them, over a new connection."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    with httpx.Client(timeout=10) as client:
+    with httpx.Client(timeout=10, headers={"Authorization": f"Bearer {METRICS_TOKEN}"}) as client:
         text = client.get(url + "/metrics").raise_for_status().text
     for family in text_string_to_metric_families(text):
         if family.name == "palimpsest_http_request_seconds":
@@ -96,6 +99,7 @@ def health_checks_counted(url: str) -> float:
 
 def test_metrics_sum_the_requests_every_worker_answered(two: tuple[Served, dict[str, str]]) -> None:
     served, started = two
+    assert httpx.get(started["url"] + "/metrics", timeout=10).status_code == 401  # not public
     before = max(health_checks_counted(started["url"]) for _ in range(4))
     seen: set[int] = set()
     for _ in range(40):  # one /health each, over connections the workers share out
@@ -149,6 +153,39 @@ def test_a_console_session_is_good_on_every_worker(two: tuple[Served, dict[str, 
     assert others == 1, "no connection reached the other worker"
 
 
+def test_a_console_sign_out_on_one_worker_is_refused_on_the_other(
+        two: tuple[Served, dict[str, str]]) -> None:
+    served, started = two
+    url = started["url"]
+    with httpx.Client(base_url=url, timeout=30) as first:
+        form = first.get("/console/sign-in").text
+        first.post("/console/sign-in", data={"key": started["key"], "csrf_token": csrf_of(form)})
+        cookie = first.cookies.get("palimpsest_console")
+        assert cookie
+        page = first.get("/console/operations", follow_redirects=False)
+        assert page.status_code == 200, page.text[:500]
+        out = first.post("/console/sign-out", data={"csrf_token": csrf_of(page.text)},
+                         follow_redirects=False)
+        assert out.status_code == 303
+        signer = answered_by(served, first, url)
+    refused = set()
+    for _ in range(100):  # the cookie replayed, until both workers have refused it
+        with httpx.Client(base_url=url, timeout=30, cookies={"palimpsest_console": cookie}) as other:
+            worker = answered_by(served, other, url)
+            page = other.get("/console/operations", follow_redirects=False)
+            assert page.status_code == 303 and page.headers["location"].endswith("/sign-in")
+            refused.add(worker)
+        if len(refused) == 2:
+            break
+    assert signer in refused and len(refused) == 2, "no connection reached the other worker"
+
+
+def csrf_of(page: str) -> str:
+    token = re.search(r'name="csrf_token" value="([^"]+)"', page)
+    assert token, page[:500]
+    return token.group(1)
+
+
 def test_mcp_answers_whichever_worker_takes_each_request(two: tuple[Served, dict[str, str]]) -> None:
     _, started = two
     who = person()
@@ -197,7 +234,7 @@ def test_a_killed_worker_is_started_again_and_loses_no_write(
 
 def test_sigterm_stops_every_worker(tmp_path: Path) -> None:
     served = Served(tmp_path)
-    served.extra = {"PALIMPSEST_API_WORKERS": "2"}
+    served.extra = {"PALIMPSEST_API_WORKERS": "2", "PALIMPSEST_METRICS_TOKEN": METRICS_TOKEN}
     try:
         served.start("--no-mcp")
         pids = [w.pid for w in workers(served)]

@@ -102,6 +102,9 @@ def test_a_wrong_key_cannot_sign_in_and_a_right_one_can(console: Console, page: 
     page.wait_for_url("**/console/sign-in")
     page.goto(console.url + "/console/operations")
     page.wait_for_url("**/console/sign-in")
+    page.context.add_cookies([cookie])  # the signed-out session's cookie, replayed
+    page.goto(console.url + "/console/operations")
+    page.wait_for_url("**/console/sign-in")  # ended on the server, not only in the browser
 
 
 def test_three_cases_decided_one_with_each_button_show_in_history(

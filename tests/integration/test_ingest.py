@@ -63,8 +63,9 @@ def ingest(app: Any, tenant: str, text: str, said_at: datetime, *, session: str 
 def slot_cards(app: Any, tenant: str, label: str, subject: str = "user") -> list[Any]:
     from domain.rules.cardinality import normalise_label
     from domain.values import Scope
-    slot = app.find(tenant, Slot.create_id(tenant, Scope.parse("personal"), subject,
-                                           normalise_label(label)), Slot)
+    from services.command.keyed_ids import ids_key
+    slot = app.find(tenant, Slot.create_id(ids_key(app.keyring, tenant), tenant, Scope.parse("personal"),
+                                           subject, normalise_label(label)), Slot)
     assert slot is not None, f"no slot {subject}/{label}"
     return slot.live_cards
 

@@ -72,7 +72,7 @@ def test_the_ingestions_read_model_after_projection(app, projector, queries) -> 
         second.ingestion_id]
     assert len(queries.ingestions(tenant, limit=1)) == 1
     assert queries.ingest_counts(tenant) == {"received": 1, "extracted": 0, "applied": 1,
-                                             "dead_letter": 1}
+                                             "dead_letter": 1, "erased": 0}
     with pytest.raises(InvalidCommandError, match="unknown ingestion status"):
         queries.ingestions(tenant, status="lost")
     with pytest.raises(InvalidCommandError, match="limit"):
@@ -86,7 +86,7 @@ def test_another_tenant_sees_no_ingestion(app, projector, queries) -> None:  # t
     assert len(queries.ingestions(tenant)) == 1
     assert queries.ingestions(stranger) == []
     assert queries.ingest_counts(stranger) == dict.fromkeys(
-        ("received", "extracted", "applied", "dead_letter"), 0)
+        ("received", "extracted", "applied", "dead_letter", "erased"), 0)
     with queries.read.tenant(stranger) as conn:  # row-level security, not a WHERE of ours
         (row,) = conn.execute(sql.SQL("SELECT count(*) AS n FROM {}.ingestions").format(
             sql.Identifier(queries.settings.read_schema))).fetchall()

@@ -23,12 +23,16 @@ from pydantic import SecretStr
 
 from infra.keyring import (
     DESTROYED_SEQUENCE,
+    ERASURE_LOCK,
     KEY_TABLE,
     KeyRing,
     MasterKeyError,
     PostgresKeyRing,
     Unit,
+    UnitErasedError,
     ensure_key_table,
+    erased_refusal,
+    insert_made_keys,
     load_master_key,
     open_keyring,
     tenant_unit,
@@ -36,6 +40,7 @@ from infra.keyring import (
 from infra.postgres import Database
 from infra.settings import Settings
 from tests.unit.test_keyring import MASTER, OTHER_MASTER, KeyRingBehaviour, new_tenant
+from tests.unit.test_keyring_erased import ErasedUnitBehaviour
 
 pytestmark = pytest.mark.integration
 
@@ -80,6 +85,96 @@ class TestPostgresKeyRing(KeyRingBehaviour):
         return rings
 
 
+class TestPostgresErasedUnits(ErasedUnitBehaviour):
+    @pytest.fixture
+    def ring(self, rings: Callable[..., PostgresKeyRing]) -> KeyRing:
+        return rings()
+
+    @pytest.fixture
+    def reopen(self, rings: Callable[..., PostgresKeyRing]) -> Callable[[bytes], KeyRing]:
+        return rings
+
+
+def test_a_key_made_before_an_erasure_and_stored_after_it_is_refused_by_the_table(
+        rings: Callable[..., PostgresKeyRing], runtime_db: Database, scratch_schema: str) -> None:
+    eraser, late = rings(), rings()
+    tenant, turn = new_tenant(), uuid.uuid4()
+    key_id, _ = eraser.data_key(tenant, Unit("turn", turn, session="s-1"))
+    eraser.flush()
+    late.data_key(tenant, Unit("turn", turn), new=True)  # made, not stored yet
+    made = late.take_made()
+    assert eraser.destroy(tenant, [key_id], uuid.uuid4()) == 1
+    with runtime_db.connect() as conn, pytest.raises(psycopg.Error) as refused, conn.cursor() as cursor:
+        insert_made_keys(cursor, scratch_schema, made)  # in the events' transaction: it fails whole
+    erased = erased_refusal(refused.value)
+    assert erased is not None and erased.unit == (tenant, "turn", turn)
+    late.restore_made(made, erased)
+    late.flush()  # nothing left to store
+    with runtime_db.connect() as conn:
+        live = conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE unit_id = %s AND material IS NOT NULL")
+                            .format(sql.Identifier(scratch_schema, KEY_TABLE)), (turn,)).fetchone()
+    assert live == (0,)
+
+
+def test_a_transaction_sealed_under_a_key_destroyed_since_is_refused(
+        rings: Callable[..., PostgresKeyRing], runtime_db: Database, scratch_schema: str) -> None:
+    ring = rings()
+    tenant, slot = new_tenant(), uuid.uuid4()
+    with ring.sealing() as used:
+        ring.data_key(tenant, Unit("slot", slot))
+    ring.flush()
+    with ring.sealing() as used:  # a write decided under the stored key...
+        ring.data_key(tenant, Unit("slot", slot))
+    new_card, _ = ring.data_key(tenant, Unit("card", uuid.uuid4(), slot_id=slot), new=True)
+    made = ring.take_made()
+    ring.destroy(tenant, [k for k in used], uuid.uuid4())  # ...and an erasure before it is stored
+    with runtime_db.connect() as conn, pytest.raises(psycopg.Error) as refused, conn.cursor() as cursor:
+        insert_made_keys(cursor, scratch_schema, made, used)
+    assert isinstance(erased_refusal(refused.value), UnitErasedError)
+    with runtime_db.connect() as conn:  # the transaction stored nothing: not the new card's key
+        stored = conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE key_id = %s")
+                              .format(sql.Identifier(scratch_schema, KEY_TABLE)), (new_card,)).fetchone()
+    assert stored == (0,)
+
+
+@pytest.mark.parametrize("write", ["a key of the unit", "events sealed under its key"])
+def test_a_write_waits_for_an_erasure_under_way_then_is_refused(
+        rings: Callable[..., PostgresKeyRing], runtime_db: Database, scratch_schema: str,
+        write: str) -> None:
+    ring = rings()
+    tenant, card = new_tenant(), uuid.uuid4()
+    key_id, _ = ring.data_key(tenant, Unit("card", card))
+    ring.flush()
+    late = rings()
+    late.data_key(tenant, Unit("card", card), new=True)
+    made = late.take_made()
+    table = sql.Identifier(scratch_schema, KEY_TABLE)
+    with runtime_db.connect() as eraser:  # destroying, as the ring does, not committed yet
+        eraser.execute("SELECT pg_advisory_xact_lock(%s, hashtext(%s))", (ERASURE_LOCK, tenant))
+        eraser.execute(sql.SQL("UPDATE {} SET material = NULL, destroyed_at = now() WHERE key_id = %s")
+                       .format(table), (key_id,))
+        outcome: list[BaseException | None] = []
+
+        def insert() -> None:
+            try:
+                with runtime_db.connect() as conn, conn.cursor() as cursor:
+                    if write == "a key of the unit":
+                        insert_made_keys(cursor, scratch_schema, made)
+                    else:
+                        insert_made_keys(cursor, scratch_schema, [], [key_id])
+                outcome.append(None)
+            except psycopg.Error as error:
+                outcome.append(error)
+
+        inserting = threading.Thread(target=insert)
+        inserting.start()
+        inserting.join(0.5)
+        assert inserting.is_alive()  # waits for the erasure's transaction
+        eraser.commit()
+    inserting.join(10)
+    assert outcome and outcome[0] is not None and erased_refusal(outcome[0]) is not None
+
+
 def race(makers: list[PostgresKeyRing], tenant: str, unit: Unit) -> list[tuple[uuid.UUID, bytes]]:
     """What each maker's ``data_key`` of ``unit`` gives, all started at once."""
     start, got = threading.Barrier(len(makers)), []
@@ -111,6 +206,24 @@ def test_racing_makers_of_one_unit_each_get_a_key_every_ring_opens_and_an_erasur
         assert found == {key_id for key_id, _ in got}, "every key of the unit, however many"
         reader.destroy(tenant, found, uuid.uuid4())
         assert not reader.find(tenant, cards=[unit.id])
+
+
+def test_racing_makers_of_a_tenants_key_all_get_one_key_the_oldest_live(
+    rings: Callable[..., PostgresKeyRing],
+) -> None:
+    """Keyed ids (slot ids) are derived from the tenant's key: every process must hold the same
+    one, however many ask for it at once, and after the tenant's erasure, again one new one."""
+    makers = [rings(), rings(), rings(), rings(cache_seconds=0)]
+    for _ in range(5):
+        tenant = new_tenant()
+        unit = Unit("tenant", tenant_unit(tenant))
+        got = race(makers, tenant, unit)
+        assert len(set(got)) == 1, "one key, whoever made it"
+        later = rings(cache_seconds=0)
+        assert later.data_key(tenant, unit) == got[0], "and the one a later process finds"
+        later.destroy(tenant, [got[0][0]], uuid.uuid4())
+        again = race([rings(cache_seconds=0) for _ in range(3)], tenant, unit)
+        assert len(set(again)) == 1 and again[0] != got[0], "a tenant used again: one new key"
 
 
 _CHILD = """

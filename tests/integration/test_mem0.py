@@ -49,7 +49,7 @@ def extracted(text: str) -> Reply:
 
 
 class World:
-    """The server, and keys: two tenants with every scope, one without ``memory:erase``."""
+    """The server, and keys: two tenants with every scope, one with read and write only."""
 
     def __init__(self, url: str, keys: dict[str, str], served: Served) -> None:
         self.url, self.keys, self.served = url + "/mem0", keys, served
@@ -250,8 +250,8 @@ def test_delete_erases_one_memory_and_delete_all_a_user(world: World) -> None:
     assert {"type": "user", "name": user, "total_memories": 2} in [
         {k: e[k] for k in ("type", "name", "total_memories")} for e in users]
     with pytest.raises(mem0().exceptions.AuthenticationError, match="memory:erase"):
-        world.client("no_erase").delete(gone)
-    assert "deleted" in client.delete(gone)["message"]
+        world.client("no_erase").delete_all(user_id=user)  # a person: memory:erase
+    assert "deleted" in world.client("no_erase").delete(gone)["message"]  # a card: memory:write
     eventually(lambda: texts(client.get_all(filters={"user_id": user})) == ["Erin likes climbing"])
     with pytest.raises(mem0().exceptions.MemoryNotFoundError):
         client.get(gone)

@@ -93,3 +93,31 @@ def test_every_required_secret_is_named_in_env_example() -> None:
     listed = set(re.findall(r"^([A-Z0-9_]+)=\s*$", example, flags=re.M))
     assert "PALIMPSEST_CONSOLE_SESSION_KEY" in required
     assert required == listed, f"required {sorted(required)}, .env.example {sorted(listed)}"
+
+
+def _database_user(service: dict[str, Any]) -> str:
+    url = environment(service)["PALIMPSEST_DATABASE_URL"]
+    found = re.match(r"postgresql://([^:@/]+)[:@]", url)
+    assert found, url
+    return found.group(1)
+
+
+def test_only_init_db_connects_as_the_superuser_and_each_service_as_its_role() -> None:
+    """Decision 0018: the superuser (the postgres image's ``POSTGRES_USER``) prepares the database
+    once; the HTTP edge, relay, projectors and workers run as the roles Palimpsest makes."""
+    services = compose()["services"]
+    superuser = environment(services["postgres"])["POSTGRES_USER"]
+    defaults = Settings.model_fields
+    runtime, projector, http = (defaults[f].default for f in ("runtime_role", "projector_role",
+                                                              "http_role"))
+    users = {name: _database_user(service) for name, service in ours(services).items()}
+    assert users.pop("init-db") == superuser
+    assert superuser not in users.values()
+    assert users == {"api": runtime, "relay": runtime, "projector": projector, "ingest": runtime,
+                     "demo": runtime}
+    for name, service in ours(services).items():
+        assert "POSTGRES_PASSWORD" not in str(environment(service)) or name == "init-db", name
+    # the api's HTTP worker processes switch to the HTTP role: its password is there
+    assert environment(services["api"])["PALIMPSEST_HTTP_PASSWORD"].startswith(
+        "${PALIMPSEST_HTTP_PASSWORD:?")
+    assert http != runtime

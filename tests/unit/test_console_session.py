@@ -3,9 +3,10 @@ memory), and its assets: served by us, each vendored file with its licence."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 from uuid import uuid4
@@ -109,6 +110,44 @@ def test_without_a_live_session_a_page_goes_to_the_sign_in(services: Services) -
         assert browser.get("/console/operations").headers["location"].endswith("/console/sign-in")
 
 
+def test_signing_out_ends_the_session_even_if_its_cookie_is_sent_again() -> None:
+    """A POST without the CSRF token probes a session: 403 while it lives, 303 to the sign-in
+    once it ended (no page is read: no read models here)."""
+    from cryptography.fernet import Fernet
+    from pydantic import SecretStr
+
+    sealing = Fernet.generate_key()
+    settings = Settings(persistence="memory", console_session_key=SecretStr(sealing.decode()))
+    services = Services(settings=settings, app=create_app(settings), queries=None,  # type: ignore[arg-type]
+                        keys=MemoryKeyStore(None, lambda: datetime.now(UTC)))
+    _, secret = services.keys.create("acme", ("memory:read",), "fay")
+    try:
+        with client(services) as browser, client(services) as elsewhere:
+            signed_in(browser, secret)
+            signed_in(elsewhere, secret)  # another session of the same key
+            cookie = browser.cookies["palimpsest_console"].strip('"')
+            csrf = json.loads(Fernet(sealing).decrypt(cookie.encode()))["csrf"]
+            assert browser.post("/console/sign-out").status_code == 403  # alive: CSRF refused
+            out = browser.post("/console/sign-out", data={"csrf_token": csrf})
+            assert out.status_code == 303 and out.headers["location"].endswith("/console/sign-in")
+            browser.cookies.set("palimpsest_console", cookie, path="/console")  # replayed
+            again = browser.post("/console/sign-out")  # alive, it would be refused (403)
+            assert again.status_code == 303 and again.headers["location"].endswith("/sign-in")
+            assert elsewhere.post("/console/sign-out").status_code == 403  # that one lives on
+    finally:
+        services.app.close()
+
+
+def test_sessions_signed_out_are_forgotten_once_their_seal_expires() -> None:
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    store = MemoryKeyStore(None, lambda: now[0])
+    store.end_session("s1", "acme", now[0] + timedelta(hours=12))
+    assert store.session_ended("s1", "acme") and not store.session_ended("s1", "other")
+    now[0] += timedelta(hours=13)
+    store.end_session("s2", "acme", now[0] + timedelta(hours=12))  # a sign-out prunes
+    assert not store.session_ended("s1", "acme") and store.session_ended("s2", "acme")
+
+
 def test_every_asset_is_ours_and_each_vendored_file_keeps_its_licence() -> None:
     texts = [p.read_text(encoding="utf-8") for p in (CONSOLE / "templates").glob("*.html")]
     texts += [p.read_text(encoding="utf-8") for p in (CONSOLE / "static").glob("*.*")
@@ -131,21 +170,27 @@ def test_the_operations_page_draws_dead_letters_and_parked_events() -> None:
 
     from markupsafe import Markup
 
-    from services.command.failures import ParkedEvent
+    from services.command.failures import ParkedEvent, ParkedRequest
     from services.console.web import templates
 
     now = datetime.now(UTC)
     who = SimpleNamespace(principal=SimpleNamespace(tenant_id="acme", key_id="key_1"), name="ops")
     parked = ParkedEvent(notification_id=42, originator_id=uuid4(), originator_version=2,
                          topic="domain.slot:Slot.Superseded", reason="projection",
-                         error="KeyError: handler bug", status="parked", failures=3, since=now)
+                         error="KeyError: handler bug", status="parked", failures=3, since=now,
+                         requested="retry")
+    asked = ParkedRequest(request_id=uuid4(), notification_id=42, action="retry",
+                          requested_by="ops", requested_at=now, status="done",
+                          outcome="retried: 2 event(s) applied", done_at=now)
     dead = SimpleNamespace(ingestion_id=uuid4(), session_id="chat-1", turn_id="7", role="user",
                            said_at=now, attempts=3, error="LLM answered 500")
     html = templates.get_template("operations.html").render(
         who=who, nav="operations", csrf="t0ken", csrf_headers="{}", problems=[], done=None,
         csrf_field=lambda: Markup('<input type="hidden" name="csrf_token" value="t0ken">'),
-        status=None, turns=None, dead=[dead], parked=[parked], erasures=[])
+        status=None, turns=None, dead=[dead], parked=[parked], requests=[asked], erasures=[])
     assert f'data-ingestion-id="{dead.ingestion_id}"' in html and 'data-testid="rerun"' in html
     assert 'data-notification-id="42"' in html and "handler bug" in html
     assert 'action="/console/operations/parked/42/retry"' in html
     assert 'data-testid="skip-reason"' in html and html.count('value="t0ken"') >= 4
+    assert "retry requested" in html, "the open request is shown on its event"
+    assert 'data-testid="parked-request"' in html and "retried: 2 event(s) applied" in html

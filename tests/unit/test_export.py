@@ -95,9 +95,10 @@ def test_memory_erase_is_held_only_by_a_key_granted_it() -> None:
     assert check_scopes(["memory:erase", "memory:read"]) == ("memory:read", "memory:erase")
 
 
-def test_a_tenant_wide_erasure_needs_memory_erase_and_a_unit_the_write_scope() -> None:
-    assert forget_scope(ForgetInput(unit="tenant")) == "memory:erase"
-    for unit in ("card", "slot", "subject", "session"):
+def test_a_card_or_slot_erasure_needs_write_and_a_subject_session_or_tenant_erase() -> None:
+    for unit in ("subject", "session", "tenant"):
+        assert forget_scope(ForgetInput(unit=unit)) == "memory:erase"  # type: ignore[arg-type]
+    for unit in ("card", "slot"):
         assert forget_scope(ForgetInput(unit=unit)) == "memory:write"  # type: ignore[arg-type]
     forget = OPERATIONS["forget"]
     assert (forget.destructive, forget.idempotent, forget.read_only) == (True, True, False)

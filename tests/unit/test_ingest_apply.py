@@ -21,6 +21,7 @@ from domain.values import Scope
 from infra.embedders import Embedder
 from infra.settings import Settings
 from services.command.commands import IngestTurn, Link
+from services.command.keyed_ids import ids_key
 from services.command.memory import Palimpsest
 from services.factory import create_app
 from services.ingest.admission import Admission, Admitted
@@ -88,8 +89,8 @@ def saves(app: Palimpsest) -> Iterator[list[int]]:
 
 
 def slot(app: Palimpsest, tenant: str, label: str = "city") -> Slot:
-    found = app.find(tenant, Slot.create_id(tenant, Scope.parse("personal"), "user",
-                                            normalise_label(label)), Slot)
+    found = app.find(tenant, Slot.create_id(ids_key(app.keyring, tenant), tenant,
+                                            Scope.parse("personal"), "user", normalise_label(label)), Slot)
     assert found is not None
     return found
 

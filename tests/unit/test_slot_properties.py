@@ -28,9 +28,10 @@ class SlotMachine(RuleBasedStateMachine):
     def __init__(self) -> None:
         super().__init__()
         self.now = START
-        self.slot = Slot(tenant_id="t", scope=Scope.parse("personal"), subject="user",
-                         label="address", cardinality=Cardinality.SINGLE.value,
-                         declared_cardinality=None, timestamp=self.now)
+        self.slot = Slot._create(  # type: ignore[attr-defined]
+            Slot.Opened, id=uuid4(), tenant_id="t", scope=Scope.parse("personal"),  # type: ignore[attr-defined]
+            subject="user", label="address", cardinality=Cardinality.SINGLE.value,
+            declared_cardinality=None, timestamp=self.now)
         self.events: list[Any] = list(self.slot.collect_events())
 
     @rule(hours=st.integers(min_value=0, max_value=24 * 20))

@@ -20,7 +20,8 @@ Errors::
 
     APIError                 any answer >= 400: .status, .code, .message, .retryable
     ├── AuthenticationError  401: no key, an unknown or revoked one
-    ├── PermissionDeniedError 403: the key lacks the scope, or names another tenant
+    ├── PermissionDeniedError 403: the key lacks the scope (forgetting a subject, a session or
+    │                        a tenant needs memory:erase), or names another tenant
     ├── NotFoundError        404: missing, or another tenant's
     ├── ConflictError        409: a stale revision, a race lost; .retryable says whether to retry
     ├── InvalidRequestError  400, 413, 422: refused input; nothing stored
@@ -374,10 +375,12 @@ class Operations(ABC, Generic[R, T]):
         return self._send(Calls.review(reviews, reviewed_by))
 
     def forget(self, unit: str, **fields: Any) -> R:
-        """Forget one unit: ``"card"`` (``card_id``), ``"slot"`` (``slot_id``, or ``subject`` and
-        ``label``), ``"subject"`` (``subject``), ``"session"`` (``session_id``) or ``"tenant"``
-        (a key with ``memory:erase``); ``basis``, ``reason`` and ``request_id`` optional. The
-        erasure's id, the keys destroyed, the cards forgotten and its ``position``."""
+        """Forget one unit: ``"card"`` (``card_id``) or ``"slot"`` (``slot_id``, or ``subject``
+        and ``label``) with a key holding ``memory:write``; ``"subject"`` (``subject``),
+        ``"session"`` (``session_id``) or ``"tenant"`` with a key holding ``memory:erase``;
+        ``basis``, ``reason`` and ``request_id`` optional. The erasure's id, the keys destroyed,
+        the cards forgotten and its ``position``. A key without the scope raises
+        :class:`PermissionDeniedError` (``code`` ``permission_denied``) and nothing is forgotten."""
         return self._send(Calls.forget(unit, fields))
 
     def erasures(self, **options: Any) -> R:
@@ -407,6 +410,8 @@ class Operations(ABC, Generic[R, T]):
         return self._send(Calls.get("/ready"))
 
     def metrics(self) -> T:
+        """The Prometheus text of ``/metrics``: a key with ``memory:admin`` (or the server's
+        metrics token as the key); :class:`PermissionDeniedError` otherwise."""
         return self._send(Calls.get("/metrics", text=True))
 
 

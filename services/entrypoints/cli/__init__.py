@@ -177,7 +177,8 @@ def rebuild(
 @cli.command()
 def status(
     as_json: bool = typer.Option(False, "--json", help="One JSON object."),
-    prometheus: bool = typer.Option(False, help="Prometheus text exposition format."),
+    prometheus: bool = typer.Option(False, help="Prometheus text exposition format (over a "
+                                    "server: a key with memory:admin, or the metrics token)."),
     url: str = typer.Option(None, "--url", envvar="PALIMPSEST_URL", help="Ask this server (with "
                             "PALIMPSEST_KEY) instead of reading the data folder."),
     key: str = remote.Key,
@@ -273,8 +274,29 @@ def bench_ingest_quality(ctx: typer.Context) -> None:
     _run_benchmark("ingest-quality", "ingest_quality", list(ctx.args))
 
 
+@bench.command("conversations", add_help_option=False, context_settings=_PASS_THROUGH)
+def bench_conversations(ctx: typer.Context) -> None:
+    """Is the turn that answers a question found? LoCoMo-format recall (--help: the options)."""
+    _run_benchmark("conversations", "conversations", list(ctx.args))
+
+
+def _log_level() -> str:
+    """``PALIMPSEST_LOG_LEVEL`` (WARNING by default); a settings error is reported by the command."""
+    from pydantic import ValidationError
+
+    from infra.settings import Settings
+
+    try:
+        return Settings().log_level
+    except ValidationError:
+        return "WARNING"
+
+
 def main() -> None:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    from infra.redact import hold_uncaught
+
+    logging.basicConfig(level=_log_level(), format="%(levelname)s %(name)s: %(message)s")
+    hold_uncaught()  # an uncaught error is logged by type and frames, never by its message
     # The embedded server's lock folder falls back to /tmp where XDG_RUNTIME_DIR is unset: harmless.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     try:

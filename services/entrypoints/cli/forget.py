@@ -1,16 +1,19 @@
 """``palimpsest forget`` and ``palimpsest export``: forgetting on request, and a tenant's or a
 subject's cards as JSON lines (DESIGN §7).
 
-    palimpsest forget card CARD_ID                        one card
-    palimpsest forget slot --subject S --label L          everything ever stored under a label
-    palimpsest forget subject S                           a person: every slot of theirs
-    palimpsest forget session SESSION_ID                  an ingested conversation session
+    palimpsest forget card CARD_ID                        one card (memory:write)
+    palimpsest forget slot --subject S --label L          everything under a label (memory:write)
+    palimpsest forget subject S                           a person: all of it (memory:erase)
+    palimpsest forget session SESSION_ID                  an ingested session (memory:erase)
     palimpsest forget tenant --yes                        the whole tenant (memory:erase)
         [--reason TEXT] [--basis gdpr-17] [--request-id ID]
     palimpsest export [--subject S] [--output FILE]       JSON lines; erased cards as tombstones
 
 Over a running server by default, as the other client commands (``--url``, ``--key``, ``--json``;
-the tenant is the key's, and who asked is the key). With ``--tenant T`` they work locally on the
+the tenant is the key's, and who asked is the key): a card or a slot needs a key with
+``memory:write``, a subject, a session or the tenant one with ``memory:erase`` — a refusal exits
+with code 2 and ``permission_denied``, and nothing is forgotten. With ``--tenant T`` they work
+locally on the
 data folder's store (``--data-dir``, or ``PALIMPSEST_DATABASE_URL``), as ``keys`` does: no server
 and no key — the operator's own hand; who asked is ``--by``. A data folder without a database is
 refused, never made. A running ``serve`` (or ``pipeline``) projects a local erasure. A tenant is
@@ -36,8 +39,9 @@ from services.entrypoints.cli.local import DataDir
 from services.entrypoints.cli.mcp import stdout_to_stderr
 from services.entrypoints.cli.remote import REFUSED, AsJson, Key, Url, emit, fail, remote
 
-forget = typer.Typer(no_args_is_help=True, help="Forget a card, a slot, a subject, an ingested "
-                     "session or the whole tenant: its keys are destroyed, its cards become "
+forget = typer.Typer(no_args_is_help=True, help="Forget a card or a slot (over a server, a key "
+                     "with memory:write), or a subject, an ingested session or the whole tenant "
+                     "(a key with memory:erase): its keys are destroyed, its cards become "
                      "tombstones; the erasure itself is kept.")
 
 Tenant = typer.Option(None, "--tenant", show_default=False, help="Work on this tenant, "
@@ -116,7 +120,8 @@ def card(card_id: str = typer.Argument(..., metavar="CARD_ID", help="The card's 
          tenant: str = Tenant, reason: str = Reason, basis: str = Basis,
          request_id: str = RequestId, by: str = By, data_dir: Path = DataDir,
          url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
-    """Forget one card: its value, tags and embedding are gone; its id, times and edges stay."""
+    """Forget one card: its value, tags and embedding are gone; its id, times and edges stay.
+    Over a server, a key with memory:write."""
     _forget("card", {"card_id": card_id},
             Asked(tenant, reason, basis, request_id, by, url, key, as_json, data_dir))
 
@@ -131,7 +136,8 @@ def slot(subject: str = typer.Option(None, "--subject", help="The slot's subject
          tenant: str = Tenant, reason: str = Reason, basis: str = Basis,
          request_id: str = RequestId, by: str = By, data_dir: Path = DataDir,
          url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
-    """Forget a slot: every value ever stored under one label of one subject."""
+    """Forget a slot: every value ever stored under one label of one subject. Over a server, a
+    key with memory:write."""
     _forget("slot", {"subject": subject, "label": label, "slot_id": slot_id, "scope": scope,
                      "project_id": project, "group_id": group},
             Asked(tenant, reason, basis, request_id, by, url, key, as_json, data_dir))
@@ -142,7 +148,8 @@ def subject(name: str = typer.Argument(..., metavar="SUBJECT", help="Whom, e.g. 
             tenant: str = Tenant, reason: str = Reason, basis: str = Basis,
             request_id: str = RequestId, by: str = By, data_dir: Path = DataDir,
             url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
-    """Forget a subject: every slot of theirs and what is linked to it."""
+    """Forget a subject: every slot of theirs and what is linked to it. Over a server, a key
+    with memory:erase."""
     _forget("subject", {"subject": name},
             Asked(tenant, reason, basis, request_id, by, url, key, as_json, data_dir))
 
@@ -153,7 +160,8 @@ def session(session_id: str = typer.Argument(..., metavar="SESSION_ID",
             tenant: str = Tenant, reason: str = Reason, basis: str = Basis,
             request_id: str = RequestId, by: str = By, data_dir: Path = DataDir,
             url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
-    """Forget an ingested conversation session: its turns and what extraction made of them."""
+    """Forget an ingested conversation session: its turns and what extraction made of them.
+    Over a server, a key with memory:erase."""
     _forget("session", {"session_id": session_id},
             Asked(tenant, reason, basis, request_id, by, url, key, as_json, data_dir))
 

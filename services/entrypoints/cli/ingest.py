@@ -178,7 +178,7 @@ class _progress:
 
 @ingestions.callback(invoke_without_command=True)
 def listing(ctx: typer.Context,
-            status: str = typer.Option(None, help="received, extracted, applied or dead_letter."),
+            status: str = typer.Option(None, help="received, extracted, applied, dead_letter or erased."),
             limit: int = typer.Option(50, min=1, max=1_000),
             wide: bool = Wide, url: str = Url, key: str = Key, as_json: bool = AsJson) -> None:
     """The tenant's ingested turns, newest first, with counts per status; a dead letter's id, printed

@@ -7,9 +7,10 @@
 Local: it talks to the database of the configured settings (``PALIMPSEST_DATABASE_URL`` or the
 data folder's embedded server, ``--data-dir``), not to a running server; a data folder without a
 database is refused, never made. Scopes: ``memory:read``,
-``memory:write`` (the two given when none is named), ``memory:admin`` (read, write, arbitration
-decisions and reviews) and ``memory:erase`` (forgetting a whole tenant, and setting its
-retention policy: held only when named, never through admin). ``--json`` prints one object,
+``memory:write`` (the two given when none is named; write may forget a card or a slot),
+``memory:admin`` (read, write, arbitration decisions and reviews, ``/metrics``) and
+``memory:erase`` (forgetting a subject, a session or a whole tenant, and setting its retention
+policy: held only when named, never through admin; give agents keys without it). ``--json`` prints one object,
 errors too (``{"error": {...}}``); an error exits with code 2.
 """
 
@@ -33,8 +34,9 @@ keys = typer.Typer(help="API keys: create one for a tenant (the secret is shown 
                    f"({local.LOCAL}).", no_args_is_help=True)
 AsJson = typer.Option(False, "--json", help="One JSON object on stdout, errors included.")
 Scopes = typer.Option(None, "--scope", help="memory:read, memory:write, memory:admin or "
-                      "memory:erase (a whole tenant's erasure, a retention policy; admin does not "
-                      "hold it); repeat for more (default: memory:read and memory:write).")
+                      "memory:erase (erasing a subject, a session or the tenant, a retention "
+                      "policy; admin does not hold it); repeat for more (default: memory:read "
+                      "and memory:write).")
 
 
 @contextmanager

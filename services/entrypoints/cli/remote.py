@@ -62,9 +62,12 @@ def fail(as_json: bool, code: str, message: str, *, status: int | None = None,
     raise SystemExit(exit_code)
 
 
-def _hint(status: int, key: str | None) -> str:
+def _hint(status: int, key: str | None, message: str = "") -> str:
     if status == 401 and not key:
         return "; set PALIMPSEST_KEY (palimpsest serve prints one; palimpsest keys create makes one)"
+    if status == 403 and "'memory:erase'" in message:
+        return ("; forgetting a subject, a session or a tenant needs a key made with "
+                "--scope memory:erase (palimpsest keys create)")
     return ""
 
 
@@ -80,8 +83,9 @@ def remote(url: str | None, key: str | None, as_json: bool) -> Iterator[Client]:
             yield client
     except APIError as error:
         failed = error.status >= 500
-        fail(as_json, error.code, error.message + _hint(error.status, key), status=error.status,
-             retryable=error.retryable, exit_code=FAILED if failed else REFUSED)
+        fail(as_json, error.code, error.message + _hint(error.status, key, error.message),
+             status=error.status, retryable=error.retryable,
+             exit_code=FAILED if failed else REFUSED)
     except json.JSONDecodeError:
         fail(as_json, "not_palimpsest", f"the answer from {where} is not JSON: is it a Palimpsest "
              "server?", exit_code=FAILED)
@@ -235,9 +239,9 @@ def _print_status(answer: dict[str, Any]) -> None:
                f"{answer['pending_writes']} write(s) not projected yet, {answer['parked']} parked")
     pipeline = answer.get("pipeline")
     if pipeline:
-        relay = "—" if pipeline["relay_lag"] is None else pipeline["relay_lag"]
-        typer.echo(f"log head {pipeline['head']}: relay lag {relay}, projection lag "
-                   f"{pipeline['projection_lag']}")
+        typer.echo(f"your newest event {pipeline['head']}: projection lag "
+                   f"{pipeline['projection_lag']}, {pipeline.get('requests_pending', 0)} "
+                   "parked-event request(s) pending")
         typer.echo(", ".join(f"{role} {state}" for role, state in pipeline["liveness"].items()))
     ingest = answer.get("ingest")
     if ingest:
@@ -248,7 +252,8 @@ def _print_status(answer: dict[str, Any]) -> None:
 
 def server_status(url: str | None, key: str | None, as_json: bool, prometheus: bool) -> None:
     """``palimpsest status`` with a server named: the key's tenant as the server sees it, and the
-    pipeline's lag and liveness (``--prometheus``: the server's ``/metrics``)."""
+    pipeline's lag and liveness (``--prometheus``: the server's ``/metrics``, for a key with
+    ``memory:admin`` or the metrics token as the key)."""
     with remote(url, key, as_json) as server:
         answer: Any = server.metrics() if prometheus else server.status()
     if prometheus:

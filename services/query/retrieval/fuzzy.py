@@ -59,15 +59,24 @@ def unknown_words(conn: psycopg.Connection[Any], ctx: RouteContext, text: str) -
     return [word for word, found in words.items() if not found or not set(found) <= known]
 
 
-def bigram_match(count: int) -> sql.Composable:
+def bigram_match(count: int, s: sql.Composable) -> sql.Composable:
     """The index condition for a card holding two of the query's ``count`` bigrams (named ``b0``,
-    ``b1`` … by :func:`shared_count`), or the one when there is only one."""
+    ``b1`` … by :func:`shared_count`), or the one when there is only one. With the read schema
+    ``s``'s own ``@>``, which drives ``cards_bigrams`` under row-level security
+    (:mod:`projections.search_ops`)."""
     if count == 1:
-        return sql.SQL("c.bigrams @> ARRAY[%(b0)s]::text[]")
+        return sql.SQL("c.bigrams OPERATOR({}.@>) ARRAY[%(b0)s]::text[]").format(s)
     return sql.SQL(" OR ").join(
-        sql.SQL("c.bigrams @> ARRAY[{}, {}]::text[]").format(sql.Placeholder(f"b{i}"),
-                                                             sql.Placeholder(f"b{j}"))
+        sql.SQL("c.bigrams OPERATOR({}.@>) ARRAY[{}, {}]::text[]").format(
+            s, sql.Placeholder(f"b{i}"), sql.Placeholder(f"b{j}"))
         for i, j in itertools.combinations(range(count), 2))
+
+
+def trigram_match(s: sql.Composable) -> sql.Composable:
+    """The index condition for a card whose text holds a word like ``%(latin)s`` (word similarity
+    at least ``pg_trgm.word_similarity_threshold``), with the read schema ``s``'s own ``<%``:
+    it drives ``cards_trigrams`` under row-level security (:mod:`projections.search_ops`)."""
+    return sql.SQL("%(latin)s OPERATOR({}.<%%) c.fuzzy_text").format(s)
 
 
 class FuzzyRoute(PlainRoute):
@@ -93,9 +102,9 @@ class FuzzyRoute(PlainRoute):
             return Hits([], "nothing to match")
         matches: list[sql.Composable] = []
         if bigrams:
-            matches.append(bigram_match(len(bigrams)))
+            matches.append(bigram_match(len(bigrams), ctx.s))
         if latin:
-            matches.append(sql.SQL("%(latin)s <%% c.fuzzy_text"))
+            matches.append(trigram_match(ctx.s))
         shared, names = shared_count("c.bigrams", "b", bigrams)
         bigram = shared + sql.SQL("::float4 / %(nbigrams)s") if bigrams else sql.SQL("0::float4")
         statement = sql.SQL(_SQL).format(

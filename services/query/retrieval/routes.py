@@ -23,6 +23,7 @@ import psycopg
 
 from domain.errors import InvalidCommandError
 from infra.embedders import model_loaded
+from infra.redact import described
 from projections.text import loaded as text_loaded
 from services.query.readmodels import ReadModels
 from services.query.retrieval.breaker import Breakers, machine_load
@@ -137,7 +138,7 @@ class RouteRunner:
             except Exception as exc:  # a failing route is reported, never fatal
                 self._record(name, budget_ms)
                 reports[name] = RouteReport(status="error", detail=f"{type(exc).__name__}: {exc}")
-                log.warning("route %s failed: %s", name, exc)
+                log.warning("route %s failed: %s", name, described(exc))
                 continue
             if called.sample:
                 self._record(name, called.ms)

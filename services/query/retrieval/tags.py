@@ -78,7 +78,7 @@ ORDER BY hits.weight DESC, hits.recorded_at DESC, c.card_id LIMIT %(limit)s"""
 #: whole, or only on the cards the read units found.
 _MENTION = """
     UNION ALL SELECT c.card_id, {unit}, {weight}, c.recorded_at FROM {s}.cards c
-    WHERE c.bigrams @> {pairs}::text[] AND {seen}{among}"""
+    WHERE c.bigrams OPERATOR({s}.@>) {pairs}::text[] AND {seen}{among}"""
 
 #: The N of the weights: the tenant's valid cards, counted from the ``cards_current`` index alone
 #: (its predicate; an erased card, rare, still counts) — a scan of ``cards`` costs a page per few
@@ -89,7 +89,7 @@ _TOTAL = "SELECT count(*) AS n FROM {s}.cards c WHERE c.retracted_at IS NULL AND
 #: mention each name (through the bigrams index).
 _TERM_COUNTS = """SELECT t.term AS word, count(*) AS n FROM {s}.card_terms t
 WHERE t.term = ANY(%(terms)s::text[]) AND t.live GROUP BY t.term"""
-_NAME_COUNT = """SELECT count(*) AS n FROM {s}.cards c WHERE c.bigrams @> %(pairs)s::text[]
+_NAME_COUNT = """SELECT count(*) AS n FROM {s}.cards c WHERE c.bigrams OPERATOR({s}.@>) %(pairs)s::text[]
   AND c.erased_at IS NULL AND """ + predicates.CURRENT
 
 #: Terms of a query beyond this many are not matched (the first ones are).

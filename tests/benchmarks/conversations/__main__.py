@@ -1,0 +1,5 @@
+"""``python -m tests.benchmarks.conversations``."""
+
+from tests.benchmarks.conversations.run import main
+
+raise SystemExit(main())
