@@ -4,11 +4,11 @@ The log is append-only, so forgetting cannot edit it (DESIGN §7, decisions 0001
 personal fields of every event — values, labels, subjects, descriptions, titles, bodies, tags,
 owners, reasons, notes, a turn's text, what extraction made of it — are encrypted before the event
 is stored (AES-GCM), each under the key of the unit that erases it (:mod:`infra.keyring`); a
-turn's key names its speaker and a card written from a turn names the turn (:func:`said_in`), so
-a person's erasure reaches every turn they spoke and what was made of it. The structure stays
-clear: ids, tenant, versions, times, kinds, edges, layers and decisions replay every rule on their
-own, and the relay, the broker and the projector's parking read a stored event's tenant and time
-without a key.
+turn's key names its speaker and a card written from a turn names the turn (:func:`said_in`) and
+its speaker, so a person's erasure reaches every turn they spoke and what was made of it. The
+structure stays clear: ids, tenant, versions, times, kinds, edges, layers and decisions replay
+every rule on their own, and the relay, the broker and the projector's parking read a stored
+event's tenant and time without a key.
 
 :class:`SealingMapper` is eventsourcing's mapper with one step more each way. On the way in, a
 field named in :data:`PLAN` becomes ``{"_sealed_": "<key id>:<nonce and ciphertext, base64>"}``
@@ -92,7 +92,9 @@ def said_in(tenant_id: str, provenance: Any) -> tuple[UUID, ...]:
     that turn's ``Ingestion``, which the card's key names among its ``cards`` — so the erasure of
     the turn's speaker, which finds the turn's key, finds the card's too (the turn's own event
     card, and every card extraction wrote from it), while a card's erasure reaches no card made
-    from it."""
+    from it. The key table copies the turn's speaker onto the card's key as it stores it
+    (``said_by``): the speaker's erasure still finds the card once the turn's key is destroyed
+    (retention erasing the turn's event card keeps the cards made of it)."""
     session = _session(provenance)
     turn = getattr(provenance, "turn_id", None) if provenance is not None else None
     return (Ingestion.create_id(tenant_id, session, turn),) if session and turn else ()

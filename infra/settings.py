@@ -83,12 +83,14 @@ class RetrievalSettings(BaseModel):
     decay_multi_value: float = 0.005
     decay_event: float = 0.01
     decay_knowledge: float = 0.003
-    #: A question about now (not asked as of a moment, naming no earlier time) over raw
+    #: A question for a current value (``services.query.retrieval.asks``: "where do I live now?";
+    #: not asked as of a moment, naming no earlier time) over raw
     #: conversation turns: the latest turn on the question's matter is not decayed, and each
     #: earlier one keeps ``decay_conversation_floor + (1 − floor)·e^(−decay_conversation·Δt_days)``
     #: of its relevance, Δt counted to when the latest was said (``services.query.retrieval.present``).
     #: A turn is on the matter when a route matching the question's words or meaning found it at
     #: least ``conversation_matter_share`` as strongly as the strongest turn it found.
+    #: A question about what was said or done ("when did …", 什麼時候): turns are not decayed.
     #: ``conversation_recency=False``: turns decay as any event (``decay_event``). The numbers
     #: were chosen on the dev set of ``make bench-latest-first`` (docs/benchmarks.md).
     conversation_recency: bool = True

@@ -14,6 +14,7 @@ from services.command.application import Clock, utc_now
 from services.command.memory import Palimpsest
 from services.factory import create_app, create_queries
 from services.keys import KeyStore, MemoryKeyStore, PostgresKeyStore
+from services.query.overlay_erasures import ErasedCards
 from services.query.pending import PendingWrites
 from services.query.queries import Queries
 from services.query.readmodels import ReadModels
@@ -97,7 +98,16 @@ def build_services(settings: Settings | None = None, *, clock: Clock = utc_now,
     queries = create_queries(bootstrapped, clock)
     return Services(settings=settings, app=app, queries=queries,
                     keys=create_key_store(bootstrapped, clock=clock),
+                    pending=PendingWrites(erasures=overlay_erasures(app, queries, settings)),
                     monitor=None if http else monitor(settings))
+
+
+def overlay_erasures(app: Palimpsest, queries: Queries, settings: Settings) -> ErasedCards | None:
+    """How the overlay learns of erasures other processes made (none without a key ring: nothing
+    is ever erased)."""
+    if app.keyring is None:
+        return None
+    return ErasedCards(app.keyring, queries.read, settings.event_schema)
 
 
 def http_settings(settings: Settings) -> Settings:

@@ -36,8 +36,9 @@ seconds; ``MemoryKeyRing`` keeps its rows in the process (tests, ``PALIMPSEST_PE
 One concern a module: ``units`` (what a key protects; subjects as keyed hashes), ``wrapping`` (the
 master key and what it seals), ``tables`` (the rows, the table port, the table in the process),
 ``postgres_table`` (the table in PostgreSQL and the statements that add keys), ``destruction``
-(destroying keys, the erasure lock, the guards and the count of destructions), ``ring`` (the
-rings, their cache and read-ahead) and ``errors``. Every public name is imported from here.
+(destroying keys, the erasure lock, the guards and the count of destructions), ``speakers`` (the
+speaker a card key written from a turn names), ``ring`` (the rings, their cache and read-ahead)
+and ``errors``. Every public name is imported from here.
 """
 
 from __future__ import annotations
@@ -117,8 +118,10 @@ class KeyRing(Protocol):
         ...
 
     def restore_made(self, made: MadeKeys, refused: UnitErasedError | None = None) -> None:
-        """Hand back keys :meth:`take_made` took and could not store; with ``refused``, the keys
-        of that erased unit are dropped instead (they are never stored)."""
+        """Hand back keys :meth:`take_made` took and could not store; with ``refused`` (the
+        events' transaction refused a key of that erased unit), every one of them is dropped
+        instead, from the cache too: the save is decided again and sealed anew, and no key of it
+        is stored without its events."""
         ...
 
     def open_key(self, tenant_id: str, key_id: UUID) -> bytes | None:
@@ -130,8 +133,10 @@ class KeyRing(Protocol):
              ) -> list[Found]:
         """Live keys covering any of: a card (its card key, or a key whose ``cards`` hold it), a
         slot (its slot key, or a key whose slot it is), a subject (the keys whose subject it is,
-        everything their slots cover, and of each turn they spoke the cards its key holds and
-        the cards written from it), a session, or the whole tenant. A card found so also brings
+        everything their slots cover, of each turn they spoke the cards its key holds and the
+        cards written from it, and the card keys naming the subject as their speaker — those
+        cards alone, not their slots, and even once the turn's key is destroyed), a session, or
+        the whole tenant. A card found so also brings
         the keys whose ``cards`` hold it."""
         ...
 

@@ -111,7 +111,7 @@ def destroyed_count(schema: str) -> sql.Composed:
 
 
 #: Destroys live keys of the tenant: the statement's head, its key condition follows.
-DESTROY = ("UPDATE {table} SET material = NULL, subject_ref = NULL, session = NULL, "
+DESTROY = ("UPDATE {table} SET material = NULL, subject_ref = NULL, session = NULL, said_by = NULL, "
            "destroyed_at = now(), erasure_id = %(erasure)s WHERE tenant_id = %(tenant)s "
            "AND material IS NOT NULL AND ")
 _GONE = "{table} g WHERE g.tenant_id = %(tenant)s AND g.key_id = ANY(%(keys)s::uuid[])"

@@ -22,7 +22,8 @@ from infra.keyring.destruction import (
     destroy_keys,
 )
 from infra.keyring.errors import MissingKeyError, erased_refusal
-from infra.keyring.tables import KeyTable, MadeKeys, Row, Selection, after_fork
+from infra.keyring.speakers import SAID_BY_DDL, speaker_of
+from infra.keyring.tables import KeyTable, MadeKeys, Row, Selection, after_fork, speakers_among
 from infra.keyring.units import Found
 from infra.keyring.wrapping import CHECK_ID
 from infra.tenancy import apply_tenant
@@ -40,6 +41,7 @@ CREATE TABLE IF NOT EXISTS {table} (
     subject_ref bytea,
     session text,
     cards uuid[] NOT NULL DEFAULT '{{}}',
+    said_by bytea,
     material bytea,
     created_at timestamptz NOT NULL DEFAULT now(),
     destroyed_at timestamptz,
@@ -66,7 +68,7 @@ CREATE INDEX IF NOT EXISTS erasure_keys_erased ON {table} (tenant_id, kind, unit
 _GRANTS_DDL = """\
 REVOKE ALL ON {table} FROM {role};
 GRANT SELECT, INSERT ON {table} TO {role};
-GRANT UPDATE (slot_id, subject_ref, session, cards, material, destroyed_at, erasure_id)
+GRANT UPDATE (slot_id, subject_ref, session, cards, said_by, material, destroyed_at, erasure_id)
     ON {table} TO {role};
 """
 
@@ -74,23 +76,28 @@ GRANT UPDATE (slot_id, subject_ref, session, cards, material, destroyed_at, eras
 def ensure_key_table(conn: psycopg.Connection[Any], schema: str, runtime_role: str) -> None:
     """Create ``{schema}.erasure_keys``, the indexes :meth:`KeyRing.find` looks up by, the
     trigger that keeps a destroyed key destroyed, the trigger that refuses a key of an erased
-    unit, the check of a transaction's keys and the sequence each destruction moves on; let
+    unit, the check of a transaction's keys, the sequence each destruction moves on and the
+    card keys' speaker (filled once in a table made before it, :mod:`infra.keyring.speakers`); let
     the runtime role read it, add rows and update the columns a ring changes (never delete:
     destroying is nulling). Idempotent; the bootstrap runs it as the administrator."""
-    conn.execute(sql.SQL(_TABLE_DDL + GUARDS_DDL + _GRANTS_DDL + SEQUENCE_DDL).format(
+    conn.execute(sql.SQL(_TABLE_DDL + SAID_BY_DDL + GUARDS_DDL + _GRANTS_DDL + SEQUENCE_DDL).format(
         schema=sql.Identifier(schema), table=sql.Identifier(schema, KEY_TABLE),
+        schema_name=sql.Literal(schema), table_name=sql.Literal(KEY_TABLE),
         lock=sql.Literal(ERASURE_LOCK),
         destroyed=sql.Identifier(schema, DESTROYED_SEQUENCE), role=sql.Identifier(runtime_role)))
 
 
 _COLUMNS = "key_id, kind, unit_id, slot_id, subject_ref, session, cards, material"
-#: Rows added in one statement, whatever their number.
+
+#: Rows added in one statement, whatever their number; a card key naming a turn gets the
+#: turn's speaker as its ``said_by`` (given, from a turn's key stored with it, or the stored one).
 _INSERT = (
-    f"INSERT INTO {{table}} (tenant_id, {_COLUMNS}) "
-    "SELECT t, k, kd, u, sl, r, se, c::uuid[], m FROM unnest("
+    f"INSERT INTO {{table}} (tenant_id, {_COLUMNS}, said_by) "
+    "SELECT t, k, kd, u, sl, r, se, c::uuid[], m, CASE WHEN kd = 'card' THEN "
+    f"coalesce(sb, {speaker_of('t', 'c::uuid[]')}) END FROM unnest("
     "%(tenant)s::text[], %(key)s::uuid[], %(kind)s::text[], %(unit)s::uuid[], "
     "%(slot)s::uuid[], %(ref)s::bytea[], %(session)s::text[], %(cards)s::text[], "
-    "%(material)s::bytea[]) AS made(t, k, kd, u, sl, r, se, c, m) "
+    "%(material)s::bytea[], %(said_by)s::bytea[]) AS made(t, k, kd, u, sl, r, se, c, m, sb) "
     "ON CONFLICT (key_id) DO NOTHING")
 
 
@@ -106,12 +113,14 @@ FIRST_KEY_LOCK = 0x46495253  # "FIRS"
 
 
 def _insert_params(rows: list[Row]) -> dict[str, list[Any]]:
+    turns = speakers_among(rows)  # a turn's key stored with its event card's: not stored yet
+    rows = [row.spoken(lambda tenant_id, turn_id: turns.get((tenant_id, turn_id))) for row in rows]
     return {"tenant": [r.tenant_id for r in rows], "key": [r.key_id for r in rows],
             "kind": [r.kind for r in rows], "unit": [r.unit_id for r in rows],
             "slot": [r.slot_id for r in rows], "ref": [r.subject_ref for r in rows],
             "session": [r.session for r in rows],
             "cards": ["{" + ",".join(map(str, r.cards)) + "}" for r in rows],
-            "material": [r.material for r in rows]}
+            "material": [r.material for r in rows], "said_by": [r.said_by for r in rows]}
 
 
 def insert_made_keys(cursor: psycopg.Cursor[Any], schema: str, made: MadeKeys,
@@ -139,6 +148,7 @@ _ARMS = {  # what Selection's fields match, one indexed lookup each
     "slot_units": "kind = 'slot' AND unit_id = ANY(%(slots)s::uuid[])",
     "refs": "subject_ref = ANY(%(refs)s::bytea[])",
     "sessions": "session = ANY(%(sessions)s::text[])",
+    "speakers": "said_by = ANY(%(speakers)s::bytea[])",
 }
 
 
@@ -246,6 +256,8 @@ class PostgresTable(KeyTable):
             "UPDATE {table} SET slot_id = coalesce(slot_id, %(slot)s::uuid), "
             "subject_ref = coalesce(subject_ref, %(ref)s::bytea), "
             "session = coalesce(session, %(session)s::text), "
+            "said_by = coalesce(said_by, CASE WHEN kind = 'card' THEN "
+            f"{speaker_of('%(tenant)s', '%(cards)s::uuid[]')} END), "
             "cards = cards || ARRAY(SELECT DISTINCT c FROM unnest(%(cards)s::uuid[]) AS c "
             "WHERE c <> ALL(cards)) "
             "WHERE tenant_id = %(tenant)s AND key_id = %(key)s AND material IS NOT NULL",
@@ -262,7 +274,7 @@ class PostgresTable(KeyTable):
     def matching(self, tenant_id: str, selection: Selection) -> list[Found]:
         wanted = {"whole": selection.whole, "cards": selection.cards, "held": selection.cards,
                   "slots": selection.slots, "slot_units": selection.slots, "refs": selection.refs,
-                  "sessions": selection.sessions}
+                  "sessions": selection.sessions, "speakers": selection.speakers}
         arms = [_ARMS[name] for name, value in wanted.items() if value]
         if not arms:
             return []
@@ -270,7 +282,8 @@ class PostgresTable(KeyTable):
             "SELECT key_id, kind, unit_id, slot_id FROM {table} WHERE tenant_id = %(tenant)s "
             f"AND material IS NOT NULL AND {arm}" for arm in arms)
         params = {"tenant": tenant_id, "cards": list(selection.cards), "slots": list(selection.slots),
-                  "refs": list(selection.refs), "sessions": list(selection.sessions)}
+                  "refs": list(selection.refs), "sessions": list(selection.sessions),
+                  "speakers": list(selection.speakers)}
         return [Found(*values) for values in self._run(query, params)]
 
     def destroy(self, tenant_id: str, key_ids: list[UUID], erasure_id: UUID) -> int:

@@ -202,8 +202,12 @@ class _Ring:
     def restore_made(self, made: MadeKeys, refused: UnitErasedError | None = None) -> None:
         rows = cast(list[Row], made)
         if refused is not None:
+            # A save refused as erased is decided again and sealed anew: none of its keys is ever
+            # stored (a key without its events, under an erased person's ref, would link a dump's
+            # reader to that person), and none is handed out again from the cache.
             self._refused(refused)
-            rows = [row for row in rows if refused.unit not in row.under()]
+            self.forget_cached(row.key_id for row in rows)
+            return
         with self._lock:
             self._pending = {**{row.key_id: row for row in rows}, **self._pending}
 
@@ -223,7 +227,8 @@ class _Ring:
         try:
             self._table.add_many(cast(list[Row], made))
         except UnitErasedError as refused:
-            self.restore_made(made, refused)  # the others are stored by the next flush
+            self._refused(refused)  # the others are stored by the next flush
+            self.restore_made([row for row in cast(list[Row], made) if refused.unit not in row.under()])
             raise
         except BaseException:
             self.restore_made(made)  # stored by the next flush; nothing sealed with them was stored
@@ -268,7 +273,10 @@ class _Ring:
                     named.add(slot)
                 if key.kind == "turn":
                     said |= self._said(tenant_id, key.unit_id)
-        selection = Selection(frozenset(said), frozenset(named), refs, frozenset(sessions), whole)
+        # and the cards written from their turns, by the speaker their keys name (``said_by``):
+        # found so even after the turn's key was destroyed, and without their slots
+        selection = Selection(frozenset(said), frozenset(named), refs, frozenset(sessions), whole,
+                              speakers=refs)
         found = set(self._table.matching(tenant_id, selection))
         more = {f.unit_id for f in found if f.kind == "card"} - selection.cards
         if more and not whole:  # the keys that also protect a card found

@@ -9,7 +9,7 @@ import os
 import threading
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import cast
 from uuid import UUID
@@ -49,6 +49,9 @@ class Row:
     cards: tuple[UUID, ...] = ()
     material: bytes | None = None  # wrapped; None once destroyed
     erasure_id: UUID | None = None
+    #: A card key's: the subject ref of the turn among its ``cards`` (its speaker), copied from
+    #: the turn's key when the card's key is stored (:meth:`spoken`); None once destroyed.
+    said_by: bytes | None = None
 
     def lacks(self, known: Row) -> bool:
         """Whether ``known`` (this unit as a caller knows it now) has refs this row lacks."""
@@ -65,6 +68,14 @@ class Row:
             session=known.session if self.session is None else self.session,
             cards=self.cards + tuple(dict.fromkeys(c for c in known.cards if c not in self.cards)),
         )
+
+    def spoken(self, speaker_of: Callable[[str, UUID], bytes | None]) -> Row:
+        """This row with ``said_by`` filled, if it is a card key naming a turn whose speaker
+        ``speaker_of`` (tenant, turn id) knows."""
+        if self.kind != "card" or self.said_by is not None:
+            return self
+        ref = next(filter(None, (speaker_of(self.tenant_id, card) for card in self.cards)), None)
+        return replace(self, said_by=ref) if ref is not None else self
 
     def found(self) -> Found:
         return Found(self.key_id, cast(KeyKind, self.kind), self.unit_id, self.slot_id)
@@ -89,12 +100,22 @@ class Selection:
     refs: frozenset[bytes] = frozenset()
     sessions: frozenset[str] = frozenset()
     whole: bool = False
+    #: Subject refs matched by the ``said_by`` of card keys (the cards written from their turns).
+    speakers: frozenset[bytes] = frozenset()
 
     def covers(self, row: Row) -> bool:
         return (self.whole or (row.kind == "card" and row.unit_id in self.cards)
                 or not self.cards.isdisjoint(row.cards)
                 or row.slot_id in self.slots or (row.kind == "slot" and row.unit_id in self.slots)
-                or row.subject_ref in self.refs or row.session in self.sessions)
+                or row.subject_ref in self.refs or row.session in self.sessions
+                or row.said_by in self.speakers)
+
+
+def speakers_among(rows: Iterable[Row]) -> dict[tuple[str, UUID], bytes]:
+    """The speakers of the turns whose keys are among ``rows``: (tenant, turn id) → subject ref;
+    a card key stored with its turn's key (an ingested turn's event card) names it so."""
+    return {(row.tenant_id, row.unit_id): row.subject_ref for row in rows
+            if row.kind == "turn" and row.subject_ref is not None and row.material is not None}
 
 
 class KeyTable(ABC):
@@ -196,6 +217,8 @@ class MemoryTable(KeyTable):
 
     def add_many(self, rows: list[Row]) -> None:
         with self._lock:  # all or none, as the table's one statement
+            speaker_of = self._speaker_in(rows)
+            rows = [row.spoken(speaker_of) for row in rows]
             for row in rows:
                 if row.key_id not in self._rows:
                     for unit in row.under():
@@ -207,6 +230,16 @@ class MemoryTable(KeyTable):
                 self._rows[row.key_id] = row
                 if row.material is not None:
                     self._live_ids.setdefault((row.tenant_id, row.kind, row.unit_id), []).append(row.key_id)
+
+    def _speaker_in(self, rows: list[Row]) -> Callable[[str, UUID], bytes | None]:
+        """A turn's speaker (its key's subject ref) by its key among ``rows`` or its live one here."""
+        batch = speakers_among(rows)
+
+        def speaker_of(tenant_id: str, turn_id: UUID) -> bytes | None:
+            key_ids = self._live_ids.get((tenant_id, "turn", turn_id))
+            return batch.get((tenant_id, turn_id)) or next(
+                filter(None, (self._rows[key_id].subject_ref for key_id in key_ids or ())), None)
+        return speaker_of
 
     def live_or_refuse(self, key_ids: Iterable[UUID]) -> None:
         """UnitErasedError unless every stored key of ``key_ids`` is live."""
@@ -220,7 +253,7 @@ class MemoryTable(KeyTable):
         with self._lock:
             row = self._rows[known.key_id]
             if row.material is not None:
-                self._rows[row.key_id] = row.filled(known)
+                self._rows[row.key_id] = row.filled(known).spoken(self._speaker_in([]))
 
     def material(self, tenant_id: str, key_id: UUID) -> bytes | None:
         row = self._rows.get(key_id)
@@ -251,7 +284,7 @@ class MemoryTable(KeyTable):
                 self._live_ids[unit].remove(row.key_id)
                 self._erased.setdefault(unit, row.key_id)
                 self._rows[row.key_id] = replace(row, material=None, subject_ref=None, session=None,
-                                                 erasure_id=erasure_id)
+                                                 said_by=None, erasure_id=erasure_id)
         return len(doomed)
 
     def ever_made(self, tenant_id: str, kind: str, unit_id: UUID) -> bool:

@@ -35,7 +35,8 @@ class Unit:
     #: The ingested session (a caller's session id) a card or turn came from.
     session: str | None = None
     #: Other cards whose text the key protects (a proposal's src/dst; a turn's event card); for a
-    #: card written from an ingested turn, that turn's id (its speaker's erasure reaches it).
+    #: card written from an ingested turn, that turn's id (its speaker's erasure reaches it: the
+    #: key table copies the turn's speaker onto the card's key, ``said_by``).
     cards: tuple[UUID, ...] = ()
 
 

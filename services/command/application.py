@@ -267,6 +267,14 @@ class BaseApplication(Application[UUID]):
             ceiling = min(self.conflict_backoff, 0.005 * 2 ** (lost - 1))
             time.sleep(random.uniform(0, ceiling))  # jitter, not a secret
 
+    def _refuse_erased_answer(self, tenant_id: str, answer: dict[str, Any]) -> None:
+        """A request whose card was erased since is answered as erased, whatever its body: were
+        the body compared first, a retry with a guessed text would confirm the erased text (the
+        same body replays, another is refused as a reused key)."""
+        erased = _erased_card(getattr(self, "keyring", None), tenant_id, answer)
+        if erased is not None:
+            raise UnitErasedError(tenant_id, "card", erased)
+
     def _receipt(
         self, tenant_id: str, command: Command, name: str, fingerprint: str
     ) -> WriteResult | None:
@@ -275,11 +283,21 @@ class BaseApplication(Application[UUID]):
         receipt = self.find(tenant_id, Receipt.create_id(tenant_id, command.request_id), Receipt)
         if receipt is None:
             return None
+        self._refuse_erased_answer(tenant_id, receipt.answer)  # before the fingerprint is compared
         if receipt.fingerprint != fingerprint or receipt.command != name:
             raise IdempotencyKeyReusedError(
                 f"request id {command.request_id!r} was already used for a different command"
             )
         return WriteResult.model_validate({**receipt.answer, "replayed": True})
+
+
+def _erased_card(keyring: Any, tenant_id: str, answer: dict[str, Any]) -> UUID | None:
+    """The card ``answer`` names, if an erasure destroyed its keys."""
+    card = answer.get("card_id")
+    if keyring is None or card is None:
+        return None
+    card_id = UUID(str(card))
+    return None if keyring.find(tenant_id, cards=[card_id]) else card_id
 
 
 def _existing(aggregates: Sequence[Aggregate]) -> list[UUID]:

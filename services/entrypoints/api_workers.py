@@ -11,7 +11,8 @@ side is stateless, a write is in the event store before it is answered, and a re
 
 What a worker keeps to itself: the read-your-writes overlay of search (a client keeping its
 connection stays with one worker, and with its overlay; across connections ``min_position`` is the
-guarantee), the route breakers and its caches. ``/metrics`` shows the breakers of the worker that
+guarantee; an erasure through another worker still reaches it: ``services.query.overlay_erasures``),
+the route breakers and its caches. ``/metrics`` shows the breakers of the worker that
 took the scrape and the latency histograms of every worker, summed
 (``services.entrypoints.metrics``). MCP runs stateless (each request stands alone) and the
 console's session key is the serving process's, so neither depends on which worker answers.

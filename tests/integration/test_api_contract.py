@@ -214,7 +214,7 @@ ENDPOINTS = [
     # the world parks nothing: a retry, a skip or a request of it is not found (the requests
     # carried out: tests/integration/test_failures_rest.py)
     Endpoint("parked_request", "GET", lambda w: f"/v1/failures/requests/{MISSING}", "memory:read",
-             _not_found("not_found")),
+             _not_found("parked_request_not_found")),
     Endpoint("retry_parked", "POST", lambda w: "/v1/failures/999999999/retry", "memory:admin",
              _not_found("parked_event_not_found"), body=lambda w: {}),
     Endpoint("skip_parked", "POST", lambda w: "/v1/failures/999999999/skip", "memory:admin",

@@ -96,6 +96,16 @@ def test_the_split_is_fixed_by_the_sorted_ids() -> None:
     assert dataset.in_split(ids, "all") == sorted(ids)
 
 
+def test_a_subset_is_taken_within_its_split(tmp_path: Path) -> None:
+    path = tmp_path / "locomo.json"
+    path.write_text(json.dumps(DATA), encoding="utf-8")
+    assert [c.id for c in dataset.load(path, "all", ["conv-b"])] == ["conv-b"]
+    assert [c.id for c in dataset.load(tmp_path)] == ["conv-a", "conv-b"], "the folder's one file"
+    assert dataset.load(path, "test") == [], "two conversations are both dev"
+    with pytest.raises(SystemExit, match="conv-a"):
+        dataset.load(path, "test", ["conv-a"])
+
+
 def test_bm25_ranks_the_exact_match_first_and_finds_nothing_for_unknown_words() -> None:
     index = BM25(["the cat sat", "a marathon in Berlin", "Berlin is cold, the cold city"])
     assert index.top("berlin marathon", 3) == [1, 2]

@@ -10,6 +10,7 @@ flight when the erasure lands (the model answers only after it)."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from uuid import uuid4
 
+import anyio
 import pytest
 from palimpsest_client import Client
 from psycopg import sql
@@ -25,6 +27,7 @@ from psycopg import sql
 from infra.postgres import Database, start_embedded
 from infra.relay_messages import decode_messages
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
+from tests.integration.test_mcp import http_session
 from tests.integration.test_relay import consume
 from tests.integration.test_serve import Served, wait_ready
 
@@ -182,14 +185,27 @@ def assert_forgotten(served: Served, broker: Any, alice: Person, bob: Person,
     assert held(logged, [], canaries) == [], "nothing logged holds the erased person's text"
 
 
+def asked_over_mcp(started: dict[str, str], query: str) -> str:
+    """The MCP ``search`` tool's answer to ``query``, as text."""
+
+    async def ask() -> str:
+        async with http_session(started["mcp"], started["key"]) as session:
+            result = await session.call_tool("search", {"query": query})
+            return json.dumps(result.structured_content)
+
+    return str(anyio.run(ask))
+
+
 def test_a_speaker_erased_is_forgotten_everywhere_and_the_other_stays_searchable(
         served: Served, broker: Any, llm: FakeOpenAIServer) -> None:
     alice, bob, session = Person("alice"), Person("bob"), f"s-{uuid4().hex[:8]}"
-    started = served.start("--no-mcp", "--workers", "2")
+    started = served.start("--workers", "2")
     with Client(started["url"], started["key"], timeout=30) as client:
         wait_ready(client)
         position = tell(client, alice, bob, session)
         assert any(alice.canary("turn1") in v for v in found(client, alice.canary("turn1"), position))
+        assert alice.canary("clinic") in asked_over_mcp(started, alice.canary("clinic4")), \
+            "an MCP answer streams her text (and a library's debug line would quote it)"
         erased = client.forget("subject", subject=alice.subject, basis="gdpr-17")
         position = int(erased["position"])
         for what in ("turn1", "turn3", "turn5", "clinic4", "skill"):
@@ -232,7 +248,24 @@ def test_an_extraction_in_flight_when_its_speaker_is_erased_writes_nothing(
         assert statuses[turn_id(bob, 1)] == "applied", statuses
         position = int(erased["position"])
         assert not any(alice.canary("late") in v for v in found(client, alice.canary("late"), position))
+        client.ingest([turn(bob, session, 3, said, "after")])  # a save after the refused one
+        wait_for(lambda: settled(client, 3), "Bob's next turn through extraction")
         time.sleep(3)
     code, _ = served.stop()
     assert code == 0, served.err()
     assert_forgotten(served, broker, alice, bob, alice.canaries("late", "latedish", "lateevent", "latetag"))
+    assert live_keys_of(served, alice.subject) == 0, "no key of hers was stored after the refusal"
+
+
+def live_keys_of(served: Served, subject: str) -> int:
+    """The live keys whose subject ref is ``subject``'s (computed with the data folder's master key)."""
+    from infra.keyring import load_master_key, subject_ref, subject_ref_key
+    from infra.settings import Settings
+
+    master = load_master_key(Settings(data_dir=served.data), keys_exist=lambda: True)
+    ref = subject_ref(subject_ref_key(master), "local", subject)
+    with start_embedded(served.data).connect() as conn:
+        row = conn.execute("SELECT count(*) FROM palimpsest.erasure_keys WHERE material IS NOT NULL "
+                           "AND (subject_ref = %s)", (ref,)).fetchone()
+    assert row is not None
+    return int(row[0])

@@ -14,14 +14,17 @@ from typing import Any
 from uuid import UUID, uuid4
 
 import pytest
+from psycopg import sql
 
 from domain.arbitration import ArbitrationCase
 from domain.erased import is_erased
 from domain.ingestion import Ingestion
+from infra.keyring import KEY_TABLE, ensure_key_table
 from infra.llm import OpenAIChatModel
 from infra.settings import Settings
 from projections.replay import rebuild
 from services.command.commands import Arbitrate, Erase, IngestTurn
+from services.command.retention import RetentionWorker, SetRetention
 from services.ingest.extraction import Extractor
 from services.ingest.worker import IngestWorker
 from services.query.queries import Queries
@@ -38,6 +41,13 @@ pytestmark = pytest.mark.integration
 @pytest.fixture
 def words() -> Words:
     return Words()
+
+
+@pytest.fixture
+def reads(runtime_db: Any, pg_settings: Settings) -> Iterator[ReadModels]:
+    made = ReadModels(runtime_db, pg_settings.read_schema)
+    yield made
+    made.close()
 
 
 @pytest.fixture
@@ -131,3 +141,61 @@ def test_a_speaker_erased_leaves_none_of_their_turns_and_the_other_stays_searcha
         assert found_in(dump(admin_db, (rebuilt,)), kept) == kept
     finally:
         drop(admin_db, rebuilt)
+
+
+def test_a_speakers_erasure_after_retention_forgets_the_cards_made_of_their_turns(
+        pg_settings, admin_db, app, projector, reads, queries, words, worker) -> None:
+    """Retention erases Rita's old turn as its event card and keeps the cards made of it (a fact
+    about Sam among them); erasing Rita then forgets those cards everywhere, found by the speaker
+    their keys name, while Sam's slot and his own cards stay searchable."""
+    tenant, rita, sam = new_tenant(), Person("rita"), Person("sam")
+    sams = app.remember(tenant, state("hobby", sam.canary("own"), subject=sam.subject))
+    sams_city = app.remember(tenant, state("city", sam.canary("city"), subject=sam.subject))
+    turn = say(app, worker, tenant, rita, f"s-{uuid4().hex[:8]}", "1",
+               f"{rita.subject} talked about {sam.subject} {rita.canary('turn1')}")
+    app.set_retention(tenant, SetRetention(turn_days=1, set_by="dpo"))
+    app.test_clock.advance(days=2)
+    project(pg_settings, admin_db, app, projector, words)
+    assert RetentionWorker(app, reads, interval=3600).apply(tenant) == 1
+    project(pg_settings, admin_db, app, projector, words)
+    made = [rita.canary(name) for name in ("turn1dish", "turn1event", "turn1hobby")]
+    assert found_in(dump(admin_db, (pg_settings.read_schema,)), made) == made, "retention kept them"
+    assert UUID(turn.card_ids[-1]) in found_cards(queries, tenant, rita.canary("turn1hobby"))
+
+    erased = app.erase(tenant, Erase(unit="subject", subject=rita.subject, basis="gdpr-17",
+                                     requested_by="dpo"))
+    project(pg_settings, admin_db, app, projector, words)
+
+    assert set(map(UUID, turn.card_ids)) <= set(erased.card_ids)
+    assert not {sams.card_id, sams_city.card_id} & set(erased.card_ids)
+    canaries = [rita.canary("turn1"), *made]
+    dumped = dump(admin_db, (pg_settings.read_schema, pg_settings.event_schema))
+    assert found_in(dumped, canaries) == [], "none of her text in any table"
+    for name in ("turn1dish", "turn1hobby", "turn1event"):
+        assert not found_cards(queries, tenant, rita.canary(name)) & set(map(UUID, turn.card_ids))
+    kept = [sam.subject.lower(), sam.canary("own"), sam.canary("city")]
+    assert found_in(dump(admin_db, (pg_settings.read_schema,)), kept) == kept, "Sam's slots stay"
+    assert sams.card_id in found_cards(queries, tenant, sam.canary("own"))
+    assert sams_city.card_id in found_cards(queries, tenant, sam.canary("city"))
+
+
+def test_a_key_table_made_before_speakers_gets_them_from_the_live_turns(
+        pg_settings, admin_db, app, worker) -> None:
+    """A store bootstrapped before card keys named their speaker: the bootstrap adds the column
+    and fills it for the live card keys of live turns (run twice: idempotent)."""
+    tenant, rita = new_tenant(), Person("rita")
+    turn = say(app, worker, tenant, rita, f"s-{uuid4().hex[:8]}", "1",
+               f"{rita.subject}: {rita.canary('turn1')}")
+    table = sql.Identifier(pg_settings.event_schema, KEY_TABLE)
+    speakers = sql.SQL("SELECT c.unit_id, c.said_by = t.subject_ref FROM {t} c JOIN {t} t ON "
+                       "t.tenant_id = c.tenant_id AND t.kind = 'turn' AND t.unit_id = %s "
+                       "WHERE c.tenant_id = %s AND c.kind = 'card'").format(t=table)
+    written = {UUID(card_id) for card_id in turn.card_ids}
+    with admin_db.connect() as conn, conn.transaction(force_rollback=True):
+        assert dict(conn.execute(speakers, (turn.id, tenant)).fetchall()).items() >= {
+            (card_id, True) for card_id in written}, "stored with their speaker"
+        conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN said_by").format(table))
+        for _ in (1, 2):
+            ensure_key_table(conn, pg_settings.event_schema, pg_settings.runtime_role)
+        said = dict(conn.execute(speakers, (turn.id, tenant)).fetchall())
+    assert {card_id: said[card_id] for card_id in written} == dict.fromkeys(written, True)

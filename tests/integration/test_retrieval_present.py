@@ -1,7 +1,9 @@
 """Questions about now over raw conversation turns, on the embedded PostgreSQL with extraction off:
 turns stored by ``ingest_turn`` and projected, then searched. In conversations where a fact changes
 (English and Chinese), a question about now finds the latest statement first; asked as of a moment
-between the statements, or naming a time before the change, it finds the old one first."""
+between the statements, or naming a time before the change, it finds the old one first. A question
+about what was said or done ("when did …", 什麼時候) finds the old turn that answers it first,
+however many newer turns share a word with it."""
 
 from __future__ import annotations
 
@@ -58,6 +60,24 @@ CONVERSATIONS: dict[str, dict[str, Any]] = {
 }
 
 
+#: Each conversation: an old turn that answers a question about what was said or done, then
+#: newer turns that share a word with the question; the question, in each language.
+RECORDS: dict[str, dict[str, Any]] = {
+    "orchard": {
+        "turns": [("2024-10-05", "We planted an apple tree in the back garden with the kids."),
+                  ("2026-04-30", "The apple pie at the corner café was amazing."),
+                  ("2026-05-18", "Bought apple juice and fresh bread at the market."),
+                  ("2026-05-29", "The garden needs watering, the tree by the fence looks dry.")],
+        "questions": ["when did we plant the apple tree?", "what did I say about planting the apple tree?"]},
+    "鋼琴": {
+        "turns": [("2024-09-12", "我女兒開始學鋼琴了，每週六上課。"),
+                  ("2026-04-22", "鄰居家的鋼琴聲好吵。"),
+                  ("2026-05-10", "音樂會的鋼琴獨奏很精彩。"),
+                  ("2026-05-27", "女兒說想換一架新的鋼琴。")],
+        "questions": ["我女兒什麼時候開始學鋼琴？", "我女儿什么时候开始学钢琴的？"]},
+}
+
+
 @pytest.fixture(scope="module")
 def conversations(pg_settings: Settings, admin_db: Database):  # type: ignore[no-untyped-def]
     """Each conversation in a tenant of its own; a query side with the rule on, and one with it
@@ -69,7 +89,7 @@ def conversations(pg_settings: Settings, admin_db: Database):  # type: ignore[no
     clock = Clock()
     app = create_app(settings, clock=clock)
     written: dict[str, tuple[str, list[UUID]]] = {}
-    for name, conversation in CONVERSATIONS.items():
+    for name, conversation in {**CONVERSATIONS, **RECORDS}.items():
         tenant, ids = new_tenant(), []
         for index, (when, text) in enumerate(conversation["turns"]):
             clock.now = day(when)
@@ -136,3 +156,29 @@ def test_the_trace_names_the_latest_turn_on_the_matter(conversations) -> None:  
     decay = {card.card_id: (card.explain or {}).get("decay", {}) for card in result.results}
     assert decay[ids[2]]["conversation"] == "the latest turn on the matter"
     assert decay[ids[0]]["days"] == pytest.approx((day("2026-04-28") - day("2026-01-15")).days)
+
+
+def test_a_question_for_the_user_s_current_value_keeps_the_latest_turn_first(conversations) -> None:  # type: ignore[no-untyped-def]
+    rule, _, written = conversations
+    tenant, ids = written["residence"]
+    latest = CONVERSATIONS["residence"]["latest"]
+    assert first_turn(rule, tenant, ids, "where does the user live now?") == latest
+
+
+@pytest.mark.parametrize(("name", "text"), [(name, text) for name, record in RECORDS.items()
+                                            for text in record["questions"]])
+def test_an_old_turn_answering_what_was_done_is_not_pushed_below_newer(conversations, name, text) -> None:  # type: ignore[no-untyped-def]
+    rule, _, written = conversations
+    tenant, ids = written[name]
+    assert first_turn(rule, tenant, ids, text) == 0
+
+
+def test_the_explanation_says_what_the_question_was_taken_for(conversations) -> None:  # type: ignore[no-untyped-def]
+    rule, _, written = conversations
+    tenant, ids = written["orchard"]
+    result = rule.search(tenant, rule.query(RECORDS["orchard"]["questions"][0], explain=True))
+    old = next(card.explain or {} for card in result.results if card.card_id == ids[0])
+    assert old["question"] == {"asks": "what was said or done", "sign": "did"}
+    assert old["decay"]["factor"] == 1.0
+    now = rule.search(tenant, rule.query("where is the apple tree now?", explain=True))
+    assert all((card.explain or {})["question"]["asks"] == "a current value" for card in now.results)

@@ -37,7 +37,7 @@ MAKING = (("serve",), ("init-db",), ("demo",))
 #: Commands that run until stopped and log, or speak a protocol on stdout, or pass their options on:
 #: no answer to print as JSON.
 NO_ANSWER = {("relay",), ("project",), ("pipeline",), ("ingest-worker",), ("api-worker",), ("mcp",),
-             ("demo",), ("bench", "aging"), ("bench", "ingest-quality")}
+             ("demo",), ("bench", "aging"), ("bench", "ingest-quality"), ("bench", "conversations")}
 
 
 def commands(group: Any = None, path: tuple[str, ...] = ()) -> Iterator[tuple[tuple[str, ...], Any]]:

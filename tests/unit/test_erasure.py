@@ -160,3 +160,22 @@ def test_an_erased_card_is_never_written_again(app) -> None:
         app.correct(tenant, CorrectEvent(card_id=trip.card_id, description="a walk", reason="typo"))
     with pytest.raises(CardNotFoundError, match="was erased"):
         app.rename(tenant, Rename(card_id=tea.card_id, title="Coffee"))
+
+
+def test_a_request_id_of_an_erased_card_confirms_no_guess_of_its_text(app) -> None:
+    """The same request id with the erased text or with another gets the same refusal: comparing
+    the body first would replay the right guess and refuse the wrong one."""
+    from domain.errors import IdempotencyKeyReusedError
+    from infra.keyring import UnitErasedError
+
+    tenant = new_tenant()
+    secret = state("diagnosis", "hepatitis", subject="tom", request_id="oracle-1")
+    written = app.remember(tenant, secret)
+    assert app.remember(tenant, secret).replayed, "before the erasure the same body replays"
+    with pytest.raises(IdempotencyKeyReusedError):
+        app.remember(tenant, state("diagnosis", "flu", subject="tom", request_id="oracle-1"))
+    app.erase(tenant, Erase(unit="subject", subject="tom", requested_by="dpo"))
+    for guess in ("hepatitis", "flu"):
+        with pytest.raises(UnitErasedError) as refused:
+            app.remember(tenant, state("diagnosis", guess, subject="tom", request_id="oracle-1"))
+        assert refused.value.unit == (tenant, "card", written.card_id)

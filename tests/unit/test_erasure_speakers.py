@@ -193,6 +193,44 @@ def test_erasing_a_turns_card_leaves_the_cards_made_from_it(app, worker) -> None
     assert all(alice.canary("turn1") in text for text in made), made
 
 
+@pytest.mark.parametrize("first", ["card", "session"])
+def test_a_speakers_erasure_reaches_the_cards_made_of_a_turn_erased_before(app, worker, first) -> None:
+    """Retention erases a turn's event card and keeps the cards made of it (so does erasing the
+    card, or the session while a card of it lives on in another): the speaker's erasure still
+    finds each of those cards by the speaker its key names — a fact about Sam included —, and
+    only them: Sam's slot and his other cards stay."""
+    tenant, rita, sam = new_tenant(), Person("rita"), Person("sam")
+    sams = app.remember(tenant, state("hobby", sam.canary("own"), subject=sam.subject))
+    sams_other = app.remember(tenant, state("city", sam.canary("city"), subject=sam.subject))
+    turn = say(app, worker, tenant, rita, "s1", "1",
+               f"{rita.subject} talked about {sam.subject} {rita.canary('turn1')}")
+    about_sam = UUID(turn.card_ids[-1])
+    assert slot_of(app, tenant, about_sam).id == sams.aggregate_id
+    if first == "card":
+        erase(app, tenant, unit="card", card_id=turn.event_card_id)
+    else:  # the turn's key and event card go with the session; a card made of it is kept alive
+        assert app.keyring is not None
+        kept = {f.key_id for f in app.keyring.find(tenant, sessions=["s1"])
+                if f.kind == "card" and f.unit_id in set(map(UUID, turn.card_ids))}
+        turn_keys = [f.key_id for f in app.keyring.find(tenant, sessions=["s1"]) if f.key_id not in kept]
+        app.keyring.destroy(tenant, turn_keys, uuid4())
+    made = [written(app, tenant, UUID(card_id)) for card_id in turn.card_ids]
+    assert all(rita.canary("turn1") in text for text in made), "kept by the first erasure"
+
+    erased = erase(app, tenant, unit="subject", subject=rita.subject)
+
+    assert set(map(UUID, turn.card_ids)) <= set(erased.card_ids)
+    gone = [written(app, tenant, UUID(card_id)) for card_id in turn.card_ids]
+    assert all(forgotten(text) for text in gone), gone
+    assert not {sams.card_id, sams_other.card_id} & set(erased.card_ids)
+    slot = app.load(tenant, sams.aggregate_id, Slot)
+    assert (slot.subject, slot.label) == (sam.subject, "hobby")
+    assert slot.cards[sams.card_id].value == sam.canary("own")
+    assert slot.cards[about_sam].value != sam.canary("own") and forgotten(slot.cards[about_sam].value)
+    city = app.load(tenant, sams_other.aggregate_id, Slot)
+    assert city.cards[sams_other.card_id].value == sam.canary("city")
+
+
 def decided_case(app: Palimpsest, clock: Clock, tenant: str, who: Person) -> tuple[UUID, UUID]:
     """A case of ``who``'s queued (a fourth change in days) and decided with a note: (its slot,
     the case)."""

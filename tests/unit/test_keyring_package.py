@@ -11,7 +11,7 @@ from pathlib import Path
 import infra.keyring
 
 #: Lowest first: a module may import only the ones before it.
-LAYERS = ("errors", "units", "wrapping", "tables", "destruction", "postgres_table", "ring")
+LAYERS = ("errors", "units", "wrapping", "tables", "destruction", "speakers", "postgres_table", "ring")
 PACKAGE = Path(infra.keyring.__file__).parent
 
 

@@ -1,5 +1,6 @@
 """Questions about now over conversation turns: which questions are about now, which turns are on
-the matter, and the bounded prior that puts the latest word on it first."""
+the matter, and the bounded prior that puts the latest word on it first; questions about what was
+said or done, whose turns are not aged."""
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -7,9 +8,16 @@ from uuid import UUID
 
 import pytest
 
-from services.query.retrieval.present import ConversationPrior, asks_about_now, latest_first, on_the_matter
+from services.query.retrieval.asks import CURRENT, RECORD, Reading
+from services.query.retrieval.present import (
+    ConversationPrior,
+    asks_about_now,
+    latest_first,
+    on_the_matter,
+    question_reading,
+)
 from services.query.retrieval.query import RetrievalQuery
-from services.query.retrieval.scoring import Candidate, Ranking
+from services.query.retrieval.scoring import Candidate, Ranking, Rankings
 from services.query.retrieval.tuning import Tuning
 from tests.unit import retrieval_support
 
@@ -42,21 +50,28 @@ def run(rankings: dict[str, Any], cards: dict[UUID, Candidate], **options: Any) 
 class TestAsksAboutNow:
     @pytest.mark.parametrize("text", [
         "where do I live now?", "where do I live?", "我現在住哪裡？", "我目前在哪家公司上班",
-        "最近在學什麼語言", "what am I learning these days", "what have I cooked since last month",
-        "what do I do today", "where will I be tomorrow", "which editor do I use to write code"])
-    def test_a_question_that_names_no_earlier_time_is_about_now(self, text: str) -> None:
+        "最近在學什麼語言", "what am I learning these days", "what do I do today",
+        "where will I be tomorrow", "which editor do I use to write code"])
+    def test_a_question_for_a_current_value_that_names_no_earlier_time_is_about_now(self, text: str) -> None:
         assert asks_about_now(query(text))
 
     @pytest.mark.parametrize("text", [
         "where did I live in April?", "我上個月住哪裡", "what did I eat yesterday", "我以前住在哪裡",
         "where did I use to work", "where did I live before", "我之前在哪上班", "what did I say a while ago",
-        "我原本用什麼編輯器"])
-    def test_a_question_that_names_an_earlier_time_is_not(self, text: str) -> None:
+        "我原本用什麼編輯器", "what have I cooked since last month", "when did I move to Dresden?",
+        "what did I say about the flat?"])
+    def test_a_question_about_an_earlier_time_or_what_was_said_or_done_is_not(self, text: str) -> None:
         assert not asks_about_now(query(text))
 
     def test_a_question_asked_as_of_a_moment_is_not(self) -> None:
         assert not asks_about_now(query("where do I live now?", valid_at=NOW - timedelta(days=30)))
         assert not asks_about_now(query("where do I live now?", known_at=NOW))
+
+    def test_the_reading_says_why(self) -> None:
+        assert question_reading(query("where did I live in April?")) == Reading(
+            RECORD, "names a time before the asked moment")
+        assert question_reading(query("where do I live now?")) == Reading(CURRENT, "now")
+        assert question_reading(query("where do I live?", known_at=NOW)).kind == RECORD
 
 
 class TestThePrior:
@@ -129,6 +144,25 @@ class TestRanking:
         cards = by_id(turn(OLD, 70), turn(CHAT, 1))
         rankings = {"semantic": Ranking([OLD, CHAT], [1.0, 0.3])}
         assert run(rankings, cards) == [OLD, CHAT]
+
+    def test_asked_what_was_said_or_done_an_old_turn_is_not_aged(self) -> None:
+        cards = by_id(turn(OLD, 700), turn(NEW, 1))
+        rankings: Rankings = {"semantic": Ranking([OLD, NEW], [1.0, 0.9]), "tags": [NEW, OLD]}
+        record = Reading(RECORD, "did")
+        outcome = retrieval_support.run(rankings, cards, now=NOW, present=False, reading=record)
+        assert outcome.trace[OLD]["decay"]["factor"] == 1.0
+        assert outcome.trace[OLD]["decay"]["conversation"].startswith("no age penalty")
+        assert outcome.trace[OLD]["question"] == {"asks": RECORD, "sign": "did"}
+        off = Tuning(conversation=ConversationPrior(enabled=False))
+        aged = retrieval_support.run(rankings, cards, off, now=NOW, present=False)
+        assert aged.trace[OLD]["decay"]["factor"] < 0.6
+
+    def test_asked_what_was_said_the_better_match_leads_however_old(self) -> None:
+        cards = by_id(turn(OLD, 700), turn(NEW, 1))
+        rankings = {"semantic": Ranking([OLD, NEW], [1.0, 0.8]), "tags": [OLD, NEW]}
+        assert run(rankings, cards, present=False) == [OLD, NEW]
+        off = Tuning(conversation=ConversationPrior(enabled=False))
+        assert run(rankings, cards, tuning=off, present=False) == [NEW, OLD]
 
     def test_the_trace_says_which_turn_is_the_latest_word(self) -> None:
         cards = by_id(turn(OLD, 70), turn(NEW, 20))

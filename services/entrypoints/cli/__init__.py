@@ -280,6 +280,21 @@ def bench_conversations(ctx: typer.Context) -> None:
     _run_benchmark("conversations", "conversations", list(ctx.args))
 
 
+#: Palimpsest's own loggers: a line of theirs names ids, kinds, counts and lengths, never stored
+#: text (STYLE 18), at every level. Other libraries' debug lines quote what they carry (a streamed
+#: MCP answer, a request body): they stay at WARNING whatever the level asked.
+OWN_LOGGERS = ("domain", "services", "infra", "projections")
+
+
+def configure_logging(level: str) -> None:
+    """Log to stderr: Palimpsest's own loggers at ``level``, every other library at WARNING (or
+    ``level``, when that is higher)."""
+    logging.basicConfig(level=max(logging.WARNING, logging.getLevelNamesMapping()[level]),
+                        format="%(levelname)s %(name)s: %(message)s")
+    for name in OWN_LOGGERS:
+        logging.getLogger(name).setLevel(level)
+
+
 def _log_level() -> str:
     """``PALIMPSEST_LOG_LEVEL`` (WARNING by default); a settings error is reported by the command."""
     from pydantic import ValidationError
@@ -295,7 +310,7 @@ def _log_level() -> str:
 def main() -> None:
     from infra.redact import hold_uncaught
 
-    logging.basicConfig(level=_log_level(), format="%(levelname)s %(name)s: %(message)s")
+    configure_logging(_log_level())
     hold_uncaught()  # an uncaught error is logged by type and frames, never by its message
     # The embedded server's lock folder falls back to /tmp where XDG_RUNTIME_DIR is unset: harmless.
     warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")

@@ -13,51 +13,47 @@ DESIGN rule 5 (:class:`ConversationPrior`):
   relevance, Δt the days from when it was said to when the latest word was said;
 - every other turn, and every other card, decays as rule 5 says (:class:`DecayPolicy`).
 
-A question asks about now (:func:`asks_about_now`) when it is not asked as of a moment and names
-no earlier time: no range that ends before the asked moment (April, 上個月, yesterday), no vague
-past (之前, "a while ago": ``services.query.timeexpr`` refuses those as ambiguous) and none of the
-words that point before now (:data:`EARLIER`: before, used to, 以前, 原本 …). Only the vague
-words for the recent past up to now (最近, 這幾天, recently, lately) keep it about now. A question
-that names the past, or is asked as of a past moment, is ranked as before.
+A question asks about now (:func:`question_reading`) when it asks for a current value
+(``asks.reading``: tense, aspect and time words, English and Chinese), is not asked as of a moment
+and names no range that ends before the asked moment (April, 上個月, yesterday). Any other
+question asks about what was said or done: its turns rank by match alone, their age no penalty
+(:func:`unaged`) — a turn from two years ago that answers "when did …" is not pushed below
+yesterday's turn that shares a word with it.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
-from projections.text import fold
+from domain.errors import InvalidCommandError
+from services.query.retrieval.asks import RECORD, Reading, reading
 from services.query.retrieval.query import RetrievalQuery
-from services.query.retrieval.scoring import Candidate, Rankings, as_ranking
-from services.query.timeexpr import AmbiguousTimeError
+from services.query.retrieval.scoring import Candidate, Rankings, age_days, as_ranking
 
 #: The routes that judge a card by the question's own words or meaning (not by time or a walk).
 MATTER_ROUTES = ("semantic", "tags", "fuzzy")
 
-#: Words that point before the asked moment without naming a range, folded (Simplified, lower case).
-EARLIER = re.compile(
-    r"\b(?:before|previously|formerly|originally|used to|did \w+ use to|at first|in the past|back then"
-    r"|earlier)\b"
-    r"|以前|先前|原本|本来|原来|曾经|过去|当初|起初|一开始|从前")
-#: Vague times ``services.query.timeexpr`` refuses that run up to now: they ask about the present.
-RECENT = re.compile(r"最近|這幾天|这几天|recently|lately", re.IGNORECASE)
+
+def question_reading(query: RetrievalQuery) -> Reading:
+    """What ``query`` asks for (see the module docstring), with the sign that decided."""
+    if query.as_of:
+        return Reading(RECORD, "asked as of a moment")
+    try:
+        ranges = query.time_ranges
+    except InvalidCommandError:  # a vague time (之前, "a while ago"): the words decide
+        ranges = []
+    if any(r.end < query.reference_time for r in ranges):
+        return Reading(RECORD, "names a time before the asked moment")
+    return reading(query.text)
 
 
 def asks_about_now(query: RetrievalQuery) -> bool:
-    """Whether ``query`` is about the present (see the module docstring)."""
-    if query.as_of:
-        return False
-    try:
-        ranges = query.time_ranges
-    except AmbiguousTimeError as error:
-        return bool(RECENT.fullmatch(error.expression.strip()))
-    if any(r.end < query.reference_time for r in ranges):
-        return False
-    return EARLIER.search(fold(query.text)) is None
+    """Whether ``query`` asks for a current value (:func:`question_reading`)."""
+    return question_reading(query).current
 
 
 @dataclass(frozen=True)
@@ -113,6 +109,13 @@ def latest_first(rankings: Rankings, candidates: Mapping[UUID, Candidate],
         return {}
     spans = {card_id: (latest - when).total_seconds() / 86_400 for card_id, when in said.items()}
     return {card_id: (days, prior.factor(days)) for card_id, days in spans.items()}
+
+
+def unaged(candidates: Mapping[UUID, Candidate], moment: datetime) -> dict[UUID, tuple[float, float]]:
+    """For a question about what was said or done, each turn: (its age in days at ``moment``,
+    the factor 1): a turn's age is no penalty there (DESIGN rule 5)."""
+    return {card_id: (age_days(card, moment), 1.0) for card_id, card in candidates.items()
+            if is_turn(card)}
 
 
 def _said(card: Candidate) -> datetime:

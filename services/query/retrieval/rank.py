@@ -1,8 +1,9 @@
 """Ranking the loaded candidates (DESIGN §3), in its order, each step a pure function of plain data
 with a trace of what it did to each card for ``explain``:
 
-the fused score → half-life decay as a bounded prior (for a question about now, conversation turns
-latest on the matter first: ``present``) → scope boost → read-your-own-writes overlay → superseded
+the fused score → half-life decay as a bounded prior (for a question about a current value,
+conversation turns latest on the matter first; for one about what was said or done, no age penalty
+on turns: ``present``) → scope boost → read-your-own-writes overlay → superseded
 cards dropped (unless as-of) → the named slots' valid cards first, then the best of the rest.
 """
 
@@ -15,8 +16,9 @@ from typing import Any
 from uuid import UUID
 
 from domain.errors import InvalidCommandError
+from services.query.retrieval.asks import Reading
 from services.query.retrieval.fuse import Fused, route_ranks
-from services.query.retrieval.present import asks_about_now, latest_first
+from services.query.retrieval.present import latest_first, question_reading, unaged
 from services.query.retrieval.query import RetrievalQuery
 from services.query.retrieval.scoring import (
     Candidate,
@@ -38,7 +40,8 @@ Trace = dict[UUID, dict[str, Any]]
 class Asked:
     """What a question asks of the ranking. ``now``: its reference time (the as-of moment for
     as-of); ``decay_at``: where decay counts to, when not ``now`` (a question about April: April's
-    end); ``present``: the question is about now (``present.asks_about_now``); ``leads``: what it
+    end); ``present``: the question asks for a current value (``present.question_reading``), and
+    ``reading`` what it was taken for, for ``explain``; ``leads``: what it
     names, whose valid cards come first; ``pending``: the caller's writes the read models do not
     hold yet. ``explain=False`` leaves the trace empty: the ranking is the same, and cheaper to
     make."""
@@ -50,15 +53,17 @@ class Asked:
     decay_at: datetime | None = None
     explain: bool = True
     present: bool = False
+    reading: Reading | None = None
     leads: Sequence[LeadKey] = ()
     pending: Sequence[PendingWrite] = ()
 
 
 def asked(query: RetrievalQuery, leads: Sequence[LeadKey],
           unprojected: Sequence[PendingWrite]) -> Asked:
+    reading = question_reading(query)
     return Asked(now=query.reference_time, as_of=query.as_of, current_project=query.project_id,
                  top=query.top_n, decay_at=decay_at(query), explain=query.explain,
-                 present=asks_about_now(query), leads=leads, pending=unprojected)
+                 present=reading.current, reading=reading, leads=leads, pending=unprojected)
 
 
 def decay_at(query: RetrievalQuery) -> datetime:
@@ -97,12 +102,14 @@ def rank(fused: Fused, candidates: Mapping[UUID, Candidate], asked: Asked,
                      if w.candidate.card_id in fused.scores and not as_of}, **candidates}
     scores = {card_id: fused.scores[card_id] for card_id in candidates if card_id in fused.scores}
     ranks = route_ranks(fused.rankings) if explain else {}
-    trace: Trace = {card_id: {"routes": ranks.get(card_id, {}), "rrf": round(score, 6)}
+    question = asked.reading.explained() if asked.reading else {}
+    trace: Trace = {card_id: {"routes": ranks.get(card_id, {}), "rrf": round(score, 6),
+                              **({"question": question} if question else {})}
                     for card_id, score in scores.items()} if explain else {}
-    spoken = latest_first(fused.rankings, candidates, tuning.conversation) \
-        if asked.present and tuning.conversation.enabled else {}
-    scores = _decayed(scores, candidates, asked.decay_at or asked.now, asked.current_project, tuning,
-                      trace, spoken)
+    anchor = asked.decay_at or asked.now
+    spoken = _turns(fused, candidates, anchor, asked.present, tuning)
+    scores = _decayed(scores, candidates, anchor, asked.current_project, tuning, trace, spoken,
+                      asked.present)
     # a pending write is news of now: an as-of answer is about what was known then
     cards, scores, notes = overlay(candidates, scores, () if as_of else asked.pending)
     for card_id, note in notes.items():
@@ -118,12 +125,26 @@ def rank(fused: Fused, candidates: Mapping[UUID, Candidate], asked: Asked,
     return Ranked(chosen=chosen, candidates=cards, kept=tuple(kept), trace=trace, led=led)
 
 
+def _turns(fused: Fused, candidates: Mapping[UUID, Candidate], anchor: datetime, present: bool,
+           tuning: Tuning) -> dict[UUID, tuple[float, float]]:
+    """The conversation turns ranked by the conversation prior, each with (days, factor): for a
+    question about a current value those on the matter, latest first; for one about what was
+    said or done every turn, undecayed. Empty when the prior is switched off (turns decay as
+    events)."""
+    if not tuning.conversation.enabled:
+        return {}
+    if present:
+        return latest_first(fused.rankings, candidates, tuning.conversation)
+    return unaged(candidates, anchor)
+
+
 def _decayed(fused: Mapping[UUID, float], candidates: Mapping[UUID, Candidate], anchor: datetime,
              current_project: str | None, tuning: Tuning, trace: Trace,
-             spoken: Mapping[UUID, tuple[float, float]]) -> dict[UUID, float]:
-    """Decay (DESIGN rule 5) and scope boost of each fused score; the conversation turns on the
-    matter of a question about now (``spoken``: days before the latest word, factor) instead
-    by how long before the latest word they were said."""
+             spoken: Mapping[UUID, tuple[float, float]], present: bool) -> dict[UUID, float]:
+    """Decay (DESIGN rule 5) and scope boost of each fused score; the conversation turns of
+    ``spoken`` (days, factor) instead: on the matter of a question about a current value, by how
+    long before the latest word they were said; for a question about what was said or done,
+    not at all."""
     scores: dict[UUID, float] = {}
     for card_id, score in fused.items():
         card = candidates[card_id]
@@ -132,9 +153,9 @@ def _decayed(fused: Mapping[UUID, float], candidates: Mapping[UUID, Candidate], 
         scores[card_id] = score * factor * boost
         if trace:
             trace[card_id]["decay"] = {
-                "lambda": tuning.conversation.rate if card_id in spoken else tuning.decay.rate(card),
+                "lambda": _rate(card, card_id in spoken, present, tuning),
                 "days": round(days, 2), "factor": round(factor, 6), "score": round(score * factor, 6),
-                **_why(card_id in spoken, days, tuning.decay.exempt(card))}
+                **_why(card_id in spoken, present, days, tuning.decay.exempt(card))}
             trace[card_id]["scope_boost"] = {"factor": boost, "score": round(scores[card_id], 6)}
     return scores
 
@@ -144,7 +165,15 @@ def _aged(card: Candidate, anchor: datetime, policy: DecayPolicy) -> tuple[float
     return days, policy.factor(card, days)
 
 
-def _why(spoken: bool, days: float, exempt: bool) -> dict[str, str]:
+def _rate(card: Candidate, spoken: bool, present: bool, tuning: Tuning) -> float:
+    if not spoken:
+        return tuning.decay.rate(card)
+    return tuning.conversation.rate if present else 0.0
+
+
+def _why(spoken: bool, present: bool, days: float, exempt: bool) -> dict[str, str]:
+    if spoken and not present:
+        return {"conversation": "no age penalty: the question asks what was said or done"}
     if spoken:
         return {"conversation": "the latest turn on the matter" if days == 0 else
                 "days before the latest turn on the matter"}
