@@ -35,12 +35,14 @@ from typing import Any
 from uuid import UUID
 
 import psycopg
+from psycopg import sql
 
 from domain.errors import PalimpsestError
 from infra.redact import described, traced
 from projections.bookkeeping import Batch, Bookkeeping, channel
 from projections.cards import ERASED, NAME, operations, storable
 from projections.decisions import ProjectionDecisions, Skips, skips
+from projections.ops import Forget
 from projections.parking import (
     PROJECTION,
     REFUSED,
@@ -176,9 +178,32 @@ class Projector:
 
     def retry(self, originator_id: UUID) -> int:
         """A parked aggregate's events applied again from the log, after a fix: its parked rows
-        become ``retried``; what still fails is parked again."""
-        return self.apply_batch(self.fetch_missing(originator_id, 0, None),
-                                retry=frozenset({originator_id}))
+        become ``retried``; what still fails is parked again. The tenant's erasures projected
+        while it was parked then forget again (:meth:`_forget_again`)."""
+        missing = self.fetch_missing(originator_id, 0, None)
+        applied = self.apply_batch(missing, retry=frozenset({originator_id}))
+        if applied and missing:
+            self._forget_again(missing[0].tenant_id, min(d.notification_id for d in missing))
+        return applied
+
+    def _forget_again(self, tenant_id: str, since: int) -> None:
+        """Apply again, in log order, what the tenant's erasures recorded after ``since`` forget:
+        projected while the aggregate was parked, they found none of its rows, which the retry
+        has just written (their texts read as erased, with the events' times). A rebuild applies
+        them after those rows, so the tombstones must be the same (erasure's time, no words)."""
+        schema = sql.Identifier(self.schema)
+        with self.conn.transaction(), self.conn.cursor() as cur:
+            cur.execute(self.sql.lock_tenants, (f"{self.name}/{self.schema}", [tenant_id]))
+            cur.execute(self.sql.set_tenant, (tenant_id,))
+            erasures = cur.execute(sql.SQL(
+                "SELECT erasure_id FROM {}.erasures WHERE tenant_id = %s AND position > %s "
+                "ORDER BY position").format(schema), (tenant_id, since)).fetchall()
+            for (erasure_id,) in erasures:
+                for item in self.fetch_missing(erasure_id, 0, None):
+                    forgets = [op for op in operations(item.event, item.clean)
+                               if isinstance(op, Forget)]
+                    self.sink.position = item.notification_id
+                    self.sink.apply_all(cur, forgets)
 
     def _apply(self, batch: Sequence[Delivered], retry: frozenset[UUID], pipelined: bool) -> int:
         decided = [d for d in batch if isinstance(d.event, ProjectionDecisions.Skipped)]
