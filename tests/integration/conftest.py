@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
+
 import pytest
 
 from infra.postgres import Database, admin_database, bootstrap, runtime_database, stop_embedded
 from infra.settings import Settings
+
+if TYPE_CHECKING:
+    from services.command.memory import Palimpsest
 
 # The console's fixtures, defined once for the session (one server, one browser):
 from tests.integration.console_support import browser, console, console_errors, page  # noqa: F401
@@ -68,3 +74,22 @@ def projector(pg_settings: Settings, app, admin_db: Database):  # type: ignore[n
     made = make_projector(pg_settings, app, admin=admin_db)
     yield made
     made.close()
+
+
+@pytest.fixture
+def processes(pg_settings: Settings, admin_db: object) -> Iterator[Callable[[], Palimpsest]]:
+    """Makes command applications on the session's store, each with a cache of its own: as many
+    processes on one store (``test_erasure_processes``, ``test_erasure_races``)."""
+    from services.factory import create_app
+    from tests.support import Clock
+
+    made: list[Palimpsest] = []
+    clock = Clock()
+
+    def make() -> Palimpsest:
+        made.append(create_app(pg_settings, clock=clock))
+        return made[-1]
+
+    yield make
+    for app in made:
+        app.close()

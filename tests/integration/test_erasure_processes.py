@@ -7,34 +7,17 @@ generation, as in the process that erased it; a card of an erased slot is revise
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from uuid import UUID
 
 import pytest
 
 from domain.errors import CardNotFoundError
-from infra.settings import Settings
 from services.command.commands import Erase, Merge, Remember, Revise, Verify
 from services.command.memory import Palimpsest
-from services.factory import create_app
-from tests.support import Clock, all_events, new_tenant, state
+from tests.support import all_events, new_tenant, state
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def processes(pg_settings: Settings, admin_db: object) -> Iterator[Callable[[], Palimpsest]]:
-    """Makes command applications on the session's store, each with a cache of its own."""
-    made: list[Palimpsest] = []
-    clock = Clock()
-
-    def make() -> Palimpsest:
-        made.append(create_app(pg_settings, clock=clock))
-        return made[-1]
-
-    yield make
-    for app in made:
-        app.close()
 
 
 def decoded(app: Palimpsest, tenant: str) -> str:

@@ -10,7 +10,7 @@ retried after its slot was erased projects tombstones."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 from uuid import UUID
@@ -27,37 +27,16 @@ from projections.failures import retry
 from projections.replay import catch_up
 from services.command.commands import Erase, IngestTurn, Revise
 from services.command.memory import Palimpsest
-from services.factory import create_app
 from services.ingest.extraction import Extractor
 from services.ingest.worker import IngestWorker
 from tests.fakes.openai_server import FakeOpenAIServer, Reply, fake_llm_fixture  # noqa: F401
+from tests.integration.test_erasure_processes import decoded
 from tests.poison import failures, handler_bug, write_world
-from tests.support import Clock, all_events, new_tenant, state
+from tests.support import all_events, new_tenant, state
 
 pytestmark = pytest.mark.integration
 
 CANARY = "quaycanary57"
-
-
-@pytest.fixture
-def processes(pg_settings: Settings, admin_db: object) -> Iterator[Callable[[], Palimpsest]]:
-    """Makes command applications on the session's store, each with caches of its own."""
-    made: list[Palimpsest] = []
-    clock = Clock()
-
-    def make() -> Palimpsest:
-        made.append(create_app(pg_settings, clock=clock))
-        return made[-1]
-
-    yield make
-    for app in made:
-        app.close()
-
-
-def decoded(app: Palimpsest, tenant: str) -> str:
-    """Every event of ``tenant`` as a process that never cached anything decodes it."""
-    return "\n".join(repr(vars(event)) for event in all_events(app)
-                     if getattr(event, "tenant_id", None) == tenant).lower()
 
 
 def topics(app: Palimpsest, tenant: str) -> list[str]:
