@@ -22,18 +22,17 @@ from uuid import uuid4
 import anyio
 import pytest
 from palimpsest_client import Client
-from psycopg import sql
 
-from infra.postgres import Database, start_embedded
+from infra.postgres import start_embedded
 from infra.relay_messages import decode_messages
 from tests.fakes.openai_server import FakeOpenAIServer, Reply
 from tests.integration.test_mcp import http_session
 from tests.integration.test_relay import consume
 from tests.integration.test_serve import Served, wait_ready
+from tests.integration.test_slot_ids_keyed import dump
 
 pytestmark = pytest.mark.integration
 
-_SYSTEM_SCHEMAS = ("pg_catalog", "information_schema", "pg_toast")
 
 
 class Person:
@@ -131,27 +130,6 @@ def tell(client: Client, alice: Person, bob: Person, session: str) -> int:
                            cardinality="multi_value", item_key=alice.canary("item"),
                            content=alice.canary("skill"))
     return int(item["position"])
-
-
-def dump(admin: Database) -> tuple[str, list[bytes]]:
-    """Every row of every table of every schema but the system's, as text, and every bytea."""
-    texts: list[str] = []
-    blobs: list[bytes] = []
-    with admin.connect() as conn:
-        tables = conn.execute(
-            "SELECT table_schema, table_name FROM information_schema.tables "
-            "WHERE table_type = 'BASE TABLE' AND NOT table_schema = ANY(%s)",
-            (list(_SYSTEM_SCHEMAS),)).fetchall()
-        for schema, table in tables:
-            name = sql.Identifier(schema, table)
-            texts += [row[0] for row in conn.execute(sql.SQL("SELECT t::text FROM {} t").format(name))]
-            for (column,) in conn.execute(
-                    "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
-                    "AND table_name = %s AND data_type = 'bytea'", (schema, table)).fetchall():
-                blobs += [bytes(v) for (v,) in conn.execute(sql.SQL("SELECT {} FROM {}").format(
-                    sql.Identifier(column), name)) if v is not None]
-    assert {table for _, table in tables} >= {"palimpsest_events", "cards", "erasure_keys"}
-    return "\n".join(texts).lower(), blobs
 
 
 def held(text: str, blobs: list[bytes], canaries: list[str]) -> list[str]:
